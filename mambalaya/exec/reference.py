@@ -1,0 +1,335 @@
+"""The reference interpreter: runs a cascade Einsum by Einsum with numpy.
+
+It is the oracle for every other executor, so it favours the obvious over the
+fast: each node evaluates to a numpy array with one axis per rank it varies
+over; index expressions are evaluated exactly on integer grids; reads outside
+a tensor give zero (padding); a recurrence runs its iterative rank as a
+Python loop. The one concession to size is that a summed product goes through
+``np.einsum`` instead of materialising the whole iteration space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import numpy as np
+import sympy
+
+from mambalaya.errors import MambalayaError
+from mambalaya.ir.cascade import Cascade, Einsum
+from mambalaya.ir.expr import Access, BinOp, Call, Compare, Const, Node, ParamRef, Reduce, multiplicative_factors
+
+# ---- element-wise functions --------------------------------------------
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+FUNCTION_IMPLS = {
+    "exp": np.exp,
+    "log": np.log,
+    "softplus": lambda x: np.logaddexp(0.0, x),
+    "silu": lambda x: x * _sigmoid(x),
+    "sigmoid": _sigmoid,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sqrt": np.sqrt,
+    "neg": np.negative,
+    "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
+@dataclass
+class Value:
+    """An array whose axes are the listed ranks, in order."""
+
+    array: np.ndarray
+    ranks: tuple[str, ...]
+
+    def aligned(self, ranks: tuple[str, ...]) -> np.ndarray:
+        """The array with axes in ``ranks`` order; absent ranks become length-1 axes."""
+        order = [self.ranks.index(r) for r in ranks if r in self.ranks]
+        arr = np.transpose(self.array, order) if order != list(range(len(order))) else self.array
+        shape = list(arr.shape)
+        full = []
+        it = iter(shape)
+        for r in ranks:
+            full.append(next(it) if r in self.ranks else 1)
+        return arr.reshape(full)
+
+
+def _union(*ranks: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(r for rs in ranks for r in rs))
+
+
+# ---- exact index arithmetic ----------------------------------------------
+
+
+def _eval_index(expr: sympy.Expr, grids: dict[str, np.ndarray], values: dict) -> tuple[np.ndarray, int]:
+    """Evaluate an index expression exactly, as (numerator array, denominator)."""
+    if expr.is_Integer:
+        return np.asarray(int(expr)), 1
+    if expr.is_Rational:
+        return np.asarray(int(expr.p)), int(expr.q)
+    if expr.is_Symbol:
+        name = str(expr)
+        if name in grids:
+            return grids[name], 1
+        value = values[name]
+        if float(value) != int(value):
+            raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
+        return np.asarray(int(value)), 1
+    if expr.is_Add:
+        num, den = np.asarray(0), 1
+        for arg in expr.args:
+            n2, d2 = _eval_index(arg, grids, values)
+            common = den * d2 // gcd(den, d2)
+            num = num * (common // den) + n2 * (common // d2)
+            den = common
+        return num, den
+    if expr.is_Mul:
+        num, den = np.asarray(1), 1
+        for arg in expr.args:
+            n2, d2 = _eval_index(arg, grids, values)
+            num, den = num * n2, den * d2
+        return num, den
+    if expr.is_Pow and expr.exp.is_Integer:
+        base_n, base_d = _eval_index(expr.base, grids, values)
+        e = int(expr.exp)
+        return (base_n**e, base_d**e) if e >= 0 else _invert(base_n**-e, base_d**-e)
+    if isinstance(expr, sympy.floor):
+        n, d = _eval_index(expr.args[0], grids, values)
+        return n // d, 1
+    if isinstance(expr, sympy.ceiling):
+        n, d = _eval_index(expr.args[0], grids, values)
+        return -((-n) // d), 1
+    if isinstance(expr, sympy.Mod):
+        n, d = _eval_index(expr.args[0], grids, values)
+        m, md = _eval_index(expr.args[1], grids, values)
+        if d != 1 or md != 1:
+            raise MambalayaError(f"remainder of a fraction in index {expr}")
+        return n % m, 1
+    raise MambalayaError(f"cannot evaluate index expression {expr}")
+
+
+def _invert(num: np.ndarray, den: int) -> tuple[np.ndarray, int]:
+    if num.ndim:
+        raise MambalayaError("division by a rank variable in an index expression")
+    return np.asarray(den), int(num)
+
+
+# ---- the evaluator -------------------------------------------------------
+
+
+class _Evaluator:
+    def __init__(self, cascade: Cascade, env: dict[str, np.ndarray], dtype: np.dtype) -> None:
+        self.cascade = cascade
+        self.env = env
+        self.dtype = dtype
+        self.sizes = cascade.rank_sizes
+        self.values = cascade.values
+        self.fixed: dict[str, int] = {}
+        self.self_state: tuple[str, np.ndarray, tuple[str, ...]] | None = None
+
+    def rank_len(self, r: str) -> int:
+        return 1 if r in self.fixed else self.sizes[r]
+
+    def grids(self, ranks: tuple[str, ...]) -> dict[str, np.ndarray]:
+        out = {}
+        for i, r in enumerate(ranks):
+            shape = [1] * len(ranks)
+            shape[i] = self.rank_len(r)
+            base = np.array([self.fixed[r]]) if r in self.fixed else np.arange(self.sizes[r])
+            out[r] = base.reshape(shape)
+        return out
+
+    def padded(self, name: str) -> tuple[np.ndarray, int | None]:
+        """A tensor's array, with its initial state prepended when it has one."""
+        arr = self.env[name]
+        e = self.cascade._by_name.get(name)
+        if e is None or e.recurrence is None or e.recurrence.init is None:
+            return arr, None
+        pos = e.recurrence.position
+        init = np.expand_dims(self.env[e.recurrence.init], pos)
+        return np.concatenate([init, arr], axis=pos), pos
+
+    def access(self, acc: Access) -> Value:
+        ranks = tuple(sorted(acc.ranks()))
+        if self.self_state is not None and acc.tensor == self.self_state[0]:
+            _, state, state_ranks = self.self_state
+            return Value(state, state_ranks)
+        arr, shifted = self.padded(acc.tensor)
+        grids = self.grids(ranks)
+        full = tuple(self.rank_len(r) for r in ranks)
+        index, valid = [], np.ones(full, dtype=bool)
+        for pos, ix in enumerate(acc.indices):
+            num, den = _eval_index(ix, grids, self.values)
+            if den != 1:
+                raise MambalayaError(f"index {ix} of {acc.tensor} is fractional")
+            if pos == shifted:
+                num = num + 1
+            num = np.broadcast_to(num, full)
+            valid &= (num >= 0) & (num < arr.shape[pos])
+            index.append(np.clip(num, 0, arr.shape[pos] - 1))
+        if len(acc.indices) != arr.ndim:
+            raise MambalayaError(f"{acc.tensor} has {arr.ndim} axes but is read with {len(acc.indices)} indices")
+        gathered = arr[tuple(index)] if index else arr
+        return Value(np.where(valid, gathered, 0).astype(self.dtype, copy=False), ranks)
+
+    def node(self, node: Node) -> Value:
+        if isinstance(node, Access):
+            return self.access(node)
+        if isinstance(node, Const):
+            return Value(np.asarray(node.value, dtype=self.dtype), ())
+        if isinstance(node, ParamRef):
+            return Value(np.asarray(self.values[node.name], dtype=self.dtype), ())
+        if isinstance(node, Call):
+            args = [self.node(a) for a in node.args]
+            ranks = _union(*(a.ranks for a in args))
+            with np.errstate(all="ignore"):
+                out = FUNCTION_IMPLS[node.fn](*(a.aligned(ranks) for a in args))
+            return Value(np.asarray(out, dtype=self.dtype), ranks)
+        if isinstance(node, BinOp):
+            lhs, rhs = self.node(node.lhs), self.node(node.rhs)
+            ranks = _union(lhs.ranks, rhs.ranks)
+            a, b = lhs.aligned(ranks), rhs.aligned(ranks)
+            with np.errstate(all="ignore"):
+                out = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[node.op](a, b)
+            return Value(np.asarray(out, dtype=self.dtype), ranks)
+        if isinstance(node, Reduce):
+            return self.reduce(node.op, node.rank, node.arg, None)
+        raise TypeError(node)
+
+    def reduce(self, op: str, rank: str, arg: Node, mask: Value | None) -> Value:
+        if op == "sum":
+            return self.summed(arg, (rank,), mask)
+        val = self.node(arg)
+        if mask is not None:
+            val = _masked(val, mask)
+        axis = val.ranks.index(rank)
+        if op == "cumsum":
+            return Value(np.cumsum(val.array, axis=axis, dtype=self.dtype), val.ranks)
+        fn = {"max": np.max, "min": np.min, "mean": np.mean}[op]
+        rest = tuple(r for r in val.ranks if r != rank)
+        return Value(np.asarray(fn(val.array, axis=axis), dtype=self.dtype), rest)
+
+    def summed(self, node: Node, over: tuple[str, ...], mask: Value | None) -> Value:
+        """Sum ``node`` over ranks ``over``; a product goes through np.einsum."""
+        factors = multiplicative_factors(node)
+        if factors is None:
+            val = self.node(node)
+            if mask is not None:
+                val = _masked(val, mask)
+            axes = tuple(val.ranks.index(r) for r in over)
+            keep = tuple(r for r in val.ranks if r not in over)
+            return Value(np.asarray(val.array.sum(axis=axes), dtype=self.dtype), keep)
+        vals = [self.node(f) for f in factors]
+        if mask is not None:
+            vals.append(Value(mask.array.astype(self.dtype), mask.ranks))
+        ranks = _union(*(v.ranks for v in vals))
+        letters = {r: chr(ord("a") + i) if i < 26 else chr(ord("A") + i - 26) for i, r in enumerate(ranks)}
+        keep = tuple(r for r in ranks if r not in over)
+        spec = ",".join("".join(letters[r] for r in v.ranks) for v in vals) + "->" + "".join(letters[r] for r in keep)
+        arrays = [np.broadcast_to(v.array, v.array.shape) for v in vals]
+        return Value(np.asarray(np.einsum(spec, *arrays, optimize=True), dtype=self.dtype), keep)
+
+    def mask(self, where: tuple[Compare, ...]) -> Value | None:
+        if not where:
+            return None
+        ranks = tuple(sorted({r for c in where for r in c.ranks()}))
+        grids = self.grids(ranks)
+        full = tuple(self.rank_len(r) for r in ranks)
+        ok = np.ones(full, dtype=bool)
+        for c in where:
+            ln, ld = _eval_index(c.lhs, grids, self.values)
+            rn, rd = _eval_index(c.rhs, grids, self.values)
+            a, b = ln * rd, rn * ld
+            ok &= {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b, "!=": a != b}[c.op]
+        return Value(ok, ranks)
+
+    def einsum(self, e: Einsum) -> np.ndarray:
+        """The full output of one Einsum (any recurrence stepped here)."""
+        shape = tuple(self.sizes[r] for r in e.out_ranks)
+        rec = e.recurrence
+        if rec is None:
+            return self.body(e, shape)
+        out = np.zeros(shape, dtype=self.dtype)
+        state_ranks = e.out_ranks
+        if rec.init is not None:
+            state = np.expand_dims(self.env[rec.init].astype(self.dtype), rec.position)
+        else:
+            state = np.zeros(shape[: rec.position] + (1,) + shape[rec.position + 1 :], dtype=self.dtype)
+        for t in range(shape[rec.position]):
+            self.fixed = {rec.rank: t}
+            self.self_state = (e.name, state, state_ranks)
+            step = self.body(e, shape[: rec.position] + (1,) + shape[rec.position + 1 :])
+            index = (slice(None),) * rec.position + (slice(t, t + 1),)
+            out[index] = step
+            state = step
+        self.fixed, self.self_state = {}, None
+        return out
+
+    def body(self, e: Einsum, shape: tuple[int, ...]) -> np.ndarray:
+        """One evaluation of the right-hand side: signed terms, each summed over its own ranks."""
+        mask = self.mask(e.where)
+        inner_mask = mask if mask is not None and not set(mask.ranks) <= set(e.out_ranks) else None
+        total = np.zeros(shape, dtype=self.dtype)
+        for sign, term, summed in e.terms():
+            over = tuple(r for r in e.ranks if r in summed)
+            val = self.summed(term, over, inner_mask) if over else self.node(term)
+            arr = val.aligned(e.out_ranks)
+            total = total + arr if sign > 0 else total - arr
+        if mask is not None and inner_mask is None:
+            total = np.where(mask.aligned(e.out_ranks), total, 0)
+        return np.ascontiguousarray(np.broadcast_to(total, shape), dtype=self.dtype)
+
+
+def _masked(val: Value, mask: Value) -> Value:
+    ranks = _union(val.ranks, mask.ranks)
+    return Value(np.where(mask.aligned(ranks), val.aligned(ranks), 0), ranks)
+
+
+# ---- public API ----------------------------------------------------------
+
+
+def run_reference(
+    cascade: Cascade,
+    inputs: dict[str, np.ndarray],
+    dtype: str | np.dtype = "float64",
+    keep: str = "all",
+) -> dict[str, np.ndarray]:
+    """Execute ``cascade`` on ``inputs``; return every tensor (``keep="all"``) or the outputs.
+
+    Missing initial states default to zeros; any other missing input is an error.
+    """
+    dtype = np.dtype(dtype)
+    env: dict[str, np.ndarray] = {}
+    inits = {e.recurrence.init for e in cascade.einsums if e.recurrence and e.recurrence.init}
+    for name in cascade.inputs():
+        expected = cascade.shape(name)
+        if name not in inputs:
+            if name in inits:
+                env[name] = np.zeros(expected, dtype=dtype)
+                continue
+            raise MambalayaError(f"input tensor {name} (shape {expected}) is missing")
+        arr = np.asarray(inputs[name])
+        if arr.shape != expected:
+            raise MambalayaError(f"input tensor {name} has shape {arr.shape}, the cascade expects {expected}")
+        env[name] = arr.astype(dtype)
+    ev = _Evaluator(cascade, env, dtype)
+    for e in cascade.einsums:
+        env[e.name] = ev.einsum(e)
+    if keep == "outputs":
+        return {n: env[n] for n in cascade.outputs()}
+    return env
+
+
+def random_inputs(cascade: Cascade, seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Standard-normal float64 inputs for every input and weight (a verification workload)."""
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(cascade.shape(n)) * scale for n in cascade.inputs()}
