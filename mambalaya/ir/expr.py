@@ -9,7 +9,6 @@ division and remainder appear when a split rank is read back: ``l//Q``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import sympy
 
@@ -99,7 +98,7 @@ class Reduce:
         return f"{self.op}_{self.rank}({self.arg})"
 
 
-Node = Union[Access, Const, ParamRef, Call, BinOp, Reduce]
+Node = Access | Const | ParamRef | Call | BinOp | Reduce
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,7 @@ class _Builder:
         rank_names, param_names = set(ranks), set(params) | set(derived)
         out: list[Einsum] = []
         written: dict[str, int | None] = {}
-        for text, line in zip(raw, lines):
+        for text, line in zip(raw, lines, strict=True):
             if not isinstance(text, str):
                 raise self.error(f"an Einsum must be a string like 'Y[m] = A[m,k] * B[k]', got {text!r}", line)
             text = " ".join(text.split())
@@ -301,7 +301,7 @@ class _Builder:
         found: set[str] = set()
         for acc in selfreads:
             diffs = [(r, ix - sympy.Symbol(r, integer=True, nonnegative=True))
-                     for r, ix in zip(e.out_ranks, acc.indices)]
+                     for r, ix in zip(e.out_ranks, acc.indices, strict=False)]
             steps = [(r, d) for r, d in diffs if d != 0]
             if len(acc.indices) != len(e.out_ranks) or len(steps) != 1 or steps[0][1] != -1:
                 raise self.error(
@@ -329,7 +329,8 @@ class _Builder:
         if cycle:
             path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
             raise self.error(f"cycle {path} is not a recurrence: only an Einsum reading its own output one step "
-                             f"back along a rank (X[i-1]) may loop", names[cycle[0][1]].line)
+                             f"back along a rank (X[i-1]) may loop",
+                             min((names[u] for u, _ in cycle), key=lambda e: order[e.name]).line)
         for e in einsums:
             for t in e.reads:
                 if t in names and t != e.name and order[t] > order[e.name]:
@@ -417,8 +418,11 @@ class _Builder:
             owner = writers.get(init_of[n])
             if owner is None:
                 raise self.error(f"tensor {n} is the init of {init_of[n]}, which no Einsum writes", line)
-            selfread = next(a for a in accesses(owner.expr) if a.tensor == owner.name)
-            drop = next(i for i, (r, ix) in enumerate(zip(owner.out_ranks, selfread.indices)) if str(ix) != r)
+            selfread = next((a for a in accesses(owner.expr) if a.tensor == owner.name), None)
+            if selfread is None:
+                raise self.error(f"tensor {owner.name} has 'init' but its Einsum is not a recurrence "
+                                 f"(it never reads {owner.name} at a step back)", self._tensor_line(owner.name))
+            drop = next(i for i, (r, ix) in enumerate(zip(owner.out_ranks, selfread.indices, strict=True)) if str(ix) != r)
             kept = [r for i, r in enumerate(owner.out_ranks) if i != drop]
             return tuple(ranks[r] for r in kept), tuple(kept)
         else:

@@ -78,7 +78,7 @@ class _Parser:
         if self.s.peek.kind != "name":
             self.s.fail("an Einsum starts with its output tensor, like 'Y[m,n] = ...'")
         output = self.access()
-        for ix, tok_ix in zip(output.indices, range(len(output.indices))):
+        for tok_ix, ix in enumerate(output.indices):
             if not (ix.is_Symbol and str(ix) in self.ranks):
                 raise CascadeError(
                     f"output index {tok_ix + 1} of {output.tensor} is '{ix}': an output is indexed by plain "

@@ -1,0 +1,154 @@
+"""The ``mambalaya`` command line (DESIGN.md section 8).
+
+Every subcommand turns user mistakes (a :class:`MambalayaError`) into one line
+on stderr and exit code 2; a failed check exits 1; success exits 0. ``--json``
+prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mambalaya.errors import MambalayaError
+from mambalaya.fileio import write_atomic
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _cascade_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cascade", help="a shipped cascade name (mamba1, mamba2, ...) or a cascade file path")
+    p.add_argument("--model", help="published model size (mamba-130m ... mamba2-2.7b)")
+    p.add_argument("--set", action="append", metavar="K=V", help="override a param (repeatable)")
+
+
+def _open(args: argparse.Namespace):
+    from mambalaya.parse import open_cascade, parse_set
+
+    return open_cascade(args.cascade, model=args.model, params=parse_set(args.set))
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
+
+
+# ---- subcommands ---------------------------------------------------------
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    cascade = _open(args)
+    from mambalaya.analysis import analyze, format_edge_table
+
+    result = analyze(cascade)
+    if args.json:
+        _emit_json(result.to_json())
+    else:
+        sys.stdout.write(format_edge_table(result) + "\n")
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from mambalaya.report.render import render_cascade
+
+    cascade = _open(args)
+    mapping = None
+    if args.mapping:
+        from mambalaya.ir.mapping import load_mapping
+
+        mapping = load_mapping(args.mapping).validate(cascade)
+    elif args.arch:
+        from mambalaya.mapper import optimal_mapping
+
+        mapping = optimal_mapping(cascade, args.arch).mapping
+    render_cascade(cascade, args.output, mapping=mapping)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mambalaya.exec.realweights import run_layer
+
+    try:
+        x = np.load(args.input, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise MambalayaError(f"cannot read input array: {err}", file=args.input) from None
+    y = run_layer(args.config, args.weights, x, layer=args.layer, cascade=args.cascade)
+    from io import BytesIO
+
+    buf = BytesIO()
+    np.save(buf, y)
+    write_atomic(args.output, buf.getvalue())
+    print(f"wrote {args.output}: output {y.shape} {y.dtype} from input {x.shape}", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---- wiring --------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="mambalaya", description="Einsum-cascade fusion explorer and compiler")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    p = sub.add_parser("analyze", help="fusion class of every edge and the legal fusion groups")
+    _cascade_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("render", help="draw the cascade (SVG, PDF or PNG by the file suffix)")
+    _cascade_args(p)
+    p.add_argument("--arch", help="draw the fusion groups of this architecture's optimal mapping")
+    p.add_argument("--mapping", help="draw the fusion groups of this mapping file")
+    p.add_argument("-o", "--output", required=True, help="output file: .svg, .pdf or .png")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("run", help="run a Mamba layer on real weights")
+    p.add_argument("cascade", nargs="?", default=None,
+                   help="cascade to run (default: mamba1 or mamba2, from the config)")
+    p.add_argument("--config", required=True, help="Hugging Face config.json")
+    p.add_argument("--weights", required=True, help=".safetensors or .npz with transformers/mamba_ssm names")
+    p.add_argument("--layer", type=int, help="layer N of a whole-model checkpoint")
+    p.add_argument("--input", required=True, help="hidden states .npy, shape (batch, seqlen, d_model)")
+    p.add_argument("-o", "--output", required=True, help="output .npy")
+    p.add_argument("--arch", help="run the fused schedule chosen for this architecture")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except MambalayaError as err:
+        print(f"mambalaya {args.command}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

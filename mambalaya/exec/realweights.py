@@ -1,0 +1,78 @@
+"""Run a Mamba cascade on a real checkpoint: config and weights in, hidden states out.
+
+The shipped Mamba cascades name each weight's checkpoint tensor (``source:``),
+so binding is a lookup plus dropping singleton axes (``conv1d.weight`` is
+``[C, 1, K]`` in the checkpoint, ``[C, K]`` in the cascade).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mambalaya.checkpoint import config_family, config_params, load_hf_config, load_mixer_weights
+from mambalaya.errors import WeightsError
+from mambalaya.exec.reference import run_reference
+from mambalaya.ir.cascade import Cascade
+from mambalaya.parse import open_cascade
+
+#: The prefill cascade that runs each checkpoint family.
+PREFILL = {"mamba1": "mamba1", "mamba2": "mamba2"}
+
+
+def bind_weights(cascade: Cascade, weights: dict[str, np.ndarray], file: str | None = None) -> dict[str, np.ndarray]:
+    """The cascade's weight tensors, taken from checkpoint tensors by their ``source`` names."""
+    bound: dict[str, np.ndarray] = {}
+    for name, spec in cascade.tensors.items():
+        if spec.source is None:
+            continue
+        if spec.source not in weights:
+            raise WeightsError(f"the checkpoint has no tensor '{spec.source}' (needed for {name}); it has: "
+                               f"{', '.join(sorted(weights))}", file=file)
+        arr = np.asarray(weights[spec.source])
+        want = cascade.shape(name)
+        if arr.shape != want:
+            squeezed = arr.reshape([s for s in arr.shape if s != 1]) if arr.size == np.prod(want) else arr
+            if squeezed.size != np.prod(want) or tuple(s for s in want if s != 1) != squeezed.shape:
+                raise WeightsError(f"checkpoint tensor '{spec.source}' has shape {arr.shape} but the cascade's "
+                                   f"{name} needs {want}: does the config match the weights?", file=file)
+            arr = squeezed.reshape(want)
+        bound[name] = arr
+    return bound
+
+
+def layer_cascade(config: dict, batch: int, seqlen: int, cascade: str | Path | None = None) -> Cascade:
+    """The prefill cascade for a checkpoint's config, sized for an input of (batch, seqlen)."""
+    family = config_family(config)
+    c = open_cascade(cascade or PREFILL[family])
+    params = {k: v for k, v in config_params(config).items() if k in c.params}
+    params.update({k: v for k, v in {"batch": batch, "seqlen": seqlen}.items() if k in c.params})
+    c = c.with_params(**params)
+    inner = config_params(config).get("d_inner")
+    if inner is not None and "D" in c.values and c.values["D"] != inner:
+        raise WeightsError(f"config's intermediate size {inner} is not expand*d_model = {c.values['D']}")
+    return c
+
+
+def run_layer(
+    config_path: str | Path,
+    weights_path: str | Path,
+    hidden_states: np.ndarray,
+    layer: int | None = None,
+    cascade: str | Path | None = None,
+    dtype: str = "float32",
+) -> np.ndarray:
+    """The mixer's output for ``hidden_states`` of shape (batch, seqlen, d_model)."""
+    config = load_hf_config(config_path)
+    x = np.asarray(hidden_states)
+    if x.ndim != 3:
+        raise WeightsError(f"input hidden states must be (batch, seqlen, d_model), got shape {x.shape}")
+    c = layer_cascade(config, x.shape[0], x.shape[1], cascade)
+    if x.shape[2] != c.rank_size("e"):
+        raise WeightsError(f"input has d_model {x.shape[2]} but the config says {c.rank_size('e')}")
+    weights = load_mixer_weights(weights_path, layer, family=config_family(config))
+    inputs = bind_weights(c, weights, str(weights_path))
+    inputs["U"] = x
+    out = run_reference(c, inputs, dtype=dtype, keep="outputs")
+    return out["OUT"].astype(x.dtype if x.dtype.kind == "f" else np.float32)

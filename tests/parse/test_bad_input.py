@@ -1,0 +1,110 @@
+"""The parser's bad-input catalogue: each malformed cascade is one clear line, exit 2.
+
+Every case goes through the real command line (``mambalaya analyze FILE``), and
+the message must name the file, the line and the problem.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mambalaya.cli import main
+
+GOOD_HEAD = """\
+name: bad
+params: {M: 8, K: 4, N: 6}
+ranks: {m: M, k: K, n: N}
+"""
+
+# (id, cascade text, expected line, words the message must contain)
+CASES = [
+    ("unknown-rank", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,z] * B[z,n]\n", 5, "unknown rank 'z'"),
+    ("rank-two-sizes", GOOD_HEAD + "einsums:\n  - T[m,k] = A[m,k] * 2\n  - Y[m,n] = T[m,n] * B[n]\n", 6,
+     "two sizes"),
+    ("syntax", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,k] * * B[k,n]\n", 5, "expected a tensor"),
+    ("unclosed-bracket", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,n\n", 5, "expected ']'"),
+    ("unknown-function", GOOD_HEAD + "einsums:\n  - Y[m,n] = gelu(A[m,n])\n", 5, "unknown function 'gelu'"),
+    ("cycle", GOOD_HEAD + "einsums:\n  - T[m,n] = Y[m,n] + A[m,n]\n  - Y[m,n] = T[m,n] * 2\n", 5,
+     "not a recurrence"),
+    ("code-in-size", "name: bad\nparams: {M: 8}\nranks: {m: \"__import__('os').system('true')\"}\n"
+     "einsums:\n  - Y[m] = A[m]\n", 3, "unexpected character '_'"),
+    ("missing-param", "name: bad\nparams: {M: 8}\nranks: {m: M, n: Q}\neinsums:\n  - Y[m,n] = A[m,n]\n", 3,
+     "unknown name 'Q'"),
+    ("zero-size", "name: bad\nparams: {M: 0}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m] * 2\n", None,
+     "must be positive"),
+    ("negative-size", "name: bad\nparams: {M: 4}\nranks: {m: M - 9}\neinsums:\n  - Y[m] = A[m] * 2\n", None,
+     "must be positive"),
+    ("written-twice", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,n]\n  - Y[m,n] = B[m,n]\n", 6, "written twice"),
+    ("output-rank-missing", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,k]\n", 5, "index no operand"),
+    ("bad-recurrence", GOOD_HEAD + "einsums:\n  - H[m,n] = H[m-2,n] * A[m,n]\n", 5, "one step back"),
+    ("yaml-syntax", "name: bad\nparams: {M: 8\nranks: {m: M}\neinsums: []\n", None, "YAML syntax error"),
+    ("duplicate-key", "name: bad\nparams: {M: 8}\nranks: {m: M}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 4,
+     "appears twice"),
+    ("unknown-top-key", GOOD_HEAD + "einsum:\n  - Y[m] = A[m]\n", 4, "did you mean 'einsums'"),
+    ("fractional-index", GOOD_HEAD + "tensors:\n  A: {shape: [M]}\neinsums:\n  - Y[m] = A[m/2]\n", 7,
+     "not a whole number"),
+    ("read-before-write", GOOD_HEAD + "einsums:\n  - Y[m,n] = T[m,n] * 2\n  - T[m,n] = A[m,n] + 1\n", 5,
+     "before the Einsum that writes it"),
+    ("reduce-absent-rank", GOOD_HEAD + "einsums:\n  - Y[m] = sum_n(A[m,k])\n", 5, "does not index its argument"),
+    ("param-not-number", "name: bad\nparams: {M: eight}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 2,
+     "must be a number"),
+    ("unknown-dtype", GOOD_HEAD + "tensors:\n  A: {dtype: float8}\neinsums:\n  - Y[m] = A[m] * 2\n", 5,
+     "unknown dtype"),
+    ("not-a-mapping", "- just\n- a list\n", 1, "YAML mapping"),
+    ("init-not-recurrence", GOOD_HEAD + "tensors:\n  Y: {init: Y0}\neinsums:\n  - Y[m] = A[m] * 2\n", 5,
+     "not a recurrence"),
+    ("output-index-expression", GOOD_HEAD + "einsums:\n  - Y[m+1] = A[m]\n", 5, "plain rank variables"),
+]
+
+
+@pytest.mark.parametrize("case_id,text,line,words", CASES, ids=[c[0] for c in CASES])
+def test_bad_cascade_is_one_clear_line(tmp_path, capsys, case_id, text, line, words):
+    path = tmp_path / f"{case_id}.yaml"
+    path.write_text(text)
+    code = main(["analyze", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err
+    if line is not None:
+        assert f"{path}:{line}:" in err, err
+    assert words in err, err
+
+
+def test_catalogue_has_fifteen_distinct_problems():
+    assert len({c[0] for c in CASES}) >= 15
+
+
+def test_no_traceback_from_the_real_command(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD_HEAD + "einsums:\n  - Y[m,n] = softmaxx(A[m,n])\n")
+    proc = subprocess.run([sys.executable, "-m", "mambalaya.cli", "analyze", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "unknown function 'softmaxx'" in proc.stderr
+
+
+def test_set_of_unknown_param_is_exit_2(capsys):
+    assert main(["analyze", "mamba2", "--set", "seqlenn=5"]) == 2
+    assert "unknown param(s) seqlenn" in capsys.readouterr().err
+
+
+def test_sizes_never_evaluate_code(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    text = textwrap.dedent(f"""\
+        name: bad
+        params: {{M: 8}}
+        derived: {{Q: "open('{marker}', 'w')"}}
+        ranks: {{m: M}}
+        einsums:
+          - Y[m] = A[m]
+        """)
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert main(["analyze", str(path)]) == 2
+    assert not marker.exists()
