@@ -185,3 +185,26 @@ def test_wrong_input_shape_is_a_clear_error():
     cascade = parse_cascade_text("name: t\nparams: {M: 4}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m] * 2\n")
     with pytest.raises(MambalayaError, match=r"A has shape \(5,\), the cascade expects \(4,\)"):
         run_reference(cascade, {"A": np.zeros(5)})
+
+
+def test_shipped_attention_is_causal_softmax_attention():
+    from mambalaya.parse import open_cascade
+
+    cascade = open_cascade("attention", params={"seqlen": 9, "headdim": 8, "heads": 2, "batch": 2})
+    v = random_inputs(cascade, 4)
+    out = run_reference(cascade, v)
+    q, k, val = v["Q"], v["K"], v["V"]
+    scores = np.einsum("bhme,bhpe->bhmp", q, k) / np.sqrt(8)
+    scores = np.where(np.tril(np.ones((9, 9), bool)), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out["O"], probs @ val, atol=1e-12)
+
+
+def test_shipped_mlp():
+    from mambalaya.parse import open_cascade
+
+    cascade = open_cascade("mlp2")
+    v = random_inputs(cascade, 5)
+    t = v["A"] @ v["W1"]
+    np.testing.assert_allclose(run_reference(cascade, v)["Y"], (t / (1 + np.exp(-t))) @ v["W2"], atol=1e-10)
