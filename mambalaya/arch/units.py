@@ -1,0 +1,144 @@
+"""A tiny, exact parser for the physical quantities written in architecture specs.
+
+Specs are written for people ("4.8 TB/s", "228 KiB", "1.75 GHz", "5 us"), so every
+dimensional field carries its unit and is converted here to SI base units (bytes,
+bytes/s, Hz, s, op/s). SI prefixes are powers of 1000 (``KB`` = ``kB`` = 1000 B),
+binary prefixes powers of 1024 (``KiB`` = 1024 B); the arithmetic is done on
+fractions, so "4.8 TB/s" is exactly the float nearest 4.8e12 and "228 KiB" the
+integer 233472.
+
+A bare number, an unknown unit or a unit of another dimension (a size where a
+bandwidth is expected) raises :class:`~mambalaya.errors.ArchError` naming the
+field and the expected unit; the spec loader adds the file and line.
+
+Dimensions: ``size`` (B), ``bandwidth`` (B/s), ``frequency`` (Hz), ``time`` (s),
+``compute`` (op/s; ``FLOP/s`` and ``op/s`` are the same unit: one arithmetic
+operation) and ``per_cycle`` (op/cycle, turned into op/s by the arch's clock).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from mambalaya.errors import ArchError
+
+__all__ = ["DIMENSIONS", "format_quantity", "parse_quantity", "unit_dimension"]
+
+# dimension -> (base unit spellings, example shown in error messages)
+DIMENSIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "size": (("B",), "228 KiB"),
+    "bandwidth": (("B/s",), "2039 GB/s"),
+    "frequency": (("Hz",), "1.75 GHz"),
+    "time": (("s",), "5 us"),
+    "compute": (("FLOP/s", "op/s", "ops/s", "OP/s", "FLOPS"), "989 TFLOP/s"),
+    "per_cycle": (("op/cycle", "ops/cycle", "FLOP/cycle"), "65536 op/cycle"),
+}
+
+_SI_UP = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_SI_DOWN = {
+    "m": Fraction(1, 10**3),
+    "u": Fraction(1, 10**6),
+    "µ": Fraction(1, 10**6),
+    "μ": Fraction(1, 10**6),
+    "n": Fraction(1, 10**9),
+    "p": Fraction(1, 10**12),
+}
+
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*$")
+
+
+def _prefixes(dimension: str) -> dict[str, Fraction | int]:
+    """Prefixes that make sense for a dimension (no KiHz, no millibytes)."""
+    if dimension in ("size", "bandwidth"):
+        return {**_SI_UP, **_BINARY}
+    if dimension == "time":
+        return {"": 1, **_SI_DOWN}
+    if dimension == "per_cycle":
+        return {"": 1, "k": 10**3, "K": 10**3}
+    return dict(_SI_UP)
+
+
+def _split(unit: str) -> list[tuple[str, Fraction | int, str]]:
+    """All (dimension, multiplier, base) readings of a unit string."""
+    readings = []
+    for dim, (bases, _) in DIMENSIONS.items():
+        for base in bases:
+            if unit.endswith(base):
+                prefix = unit[: len(unit) - len(base)]
+                table = _prefixes(dim)
+                if prefix in table:
+                    readings.append((dim, table[prefix], base))
+    return readings
+
+
+def unit_dimension(unit: str) -> str | None:
+    """The dimension a unit string belongs to ("GB/s" -> "bandwidth"), or None."""
+    found = _split(unit.strip())
+    return found[0][0] if found else None
+
+
+def parse_quantity(text: object, dimension: str, field: str = "value") -> float | int:
+    """Parse ``text`` as a quantity of ``dimension``; return it in SI base units.
+
+    Sizes come back as ``int`` (a fraction of a byte is an error); all other
+    dimensions as ``float``. Raises ArchError naming ``field`` and the expected unit.
+    """
+    if dimension not in DIMENSIONS:
+        raise ValueError(f"unknown dimension {dimension!r}")
+    bases, example = DIMENSIONS[dimension]
+    expect = f"expected a {dimension.replace('_', ' ')} in {bases[0]}, e.g. '{example}'"
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ArchError(f"{field}: {text!r} is not a quantity; {expect}")
+    if not isinstance(text, str):
+        raise ArchError(f"{field}: the number {text!r} has no unit; {expect}")
+    match = _NUMBER.match(text)
+    if not match:
+        raise ArchError(f"{field}: cannot read {text!r} as a number and a unit; {expect}")
+    number, unit = match.group(1), match.group(2)
+    if not unit:
+        raise ArchError(f"{field}: {text!r} has no unit; {expect}")
+    readings = _split(unit)
+    mine = [r for r in readings if r[0] == dimension]
+    if not mine:
+        if readings:
+            other = readings[0][0].replace("_", " ")
+            raise ArchError(f"{field}: {text!r} is a {other}, but {expect}")
+        hint = ""
+        if re.fullmatch(r"[kKMGTP]i?b(/s)?|bit(/s)?", unit):
+            hint = " (bits are not accepted: write bytes with a capital B)"
+        raise ArchError(f"{field}: unknown unit {unit!r} in {text!r}{hint}; {expect}")
+    value = Fraction(number) * mine[0][1]
+    if dimension == "size":
+        if value.denominator != 1:
+            raise ArchError(f"{field}: {text!r} is not a whole number of bytes; {expect}")
+        return int(value)
+    return float(value)
+
+
+_FORMAT_UNITS = {
+    "size": "B",
+    "bandwidth": "B/s",
+    "frequency": "Hz",
+    "time": "s",
+    "compute": "op/s",
+    "per_cycle": "op/cycle",
+}
+
+
+def format_quantity(value: float, dimension: str, digits: int = 3) -> str:
+    """Human-readable form of an SI value ("4.3 TB/s", "227 KiB" style) for reports."""
+    unit = _FORMAT_UNITS[dimension]
+    if dimension == "time":
+        for scale, prefix in ((1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
+            if abs(value) >= scale or prefix == "n":
+                return f"{value / scale:.{digits}g} {prefix}{unit}"
+    if dimension == "size" and value and int(value) == value and int(value) % 1024 == 0:
+        for exp, prefix in ((4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")):
+            if int(value) % 1024**exp == 0:
+                return f"{int(value) // 1024**exp} {prefix}{unit}"
+    for exp, prefix in ((15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, "")):
+        if abs(value) >= 10**exp or exp == 0:
+            return f"{value / 10**exp:.{digits}g} {prefix}{unit}"
+    raise AssertionError("unreachable")
