@@ -1,0 +1,126 @@
+"""Fused Numba executor vs the reference interpreter vs transformers' pure-PyTorch mixers.
+
+One Mamba layer at batch 1, same thread count for everyone (torch.set_num_threads,
+NUMBA_NUM_THREADS), random-init layers from ``tests/hf_reference.py`` so the
+numbers are real activations (not random-normal inputs whose exp overflows)::
+
+    PYTHONPATH=. python benchmarks/bench_executor.py --model mamba-130m --model mamba2-130m --seqlen 2048
+
+Times are the best of ``--repeat`` warm runs (compile excluded and reported apart);
+the reference runs once (it is slow). Prints a table and, with ``--json``, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+THREADS = os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from hf_reference import make_mamba1, make_mamba2, mixer_arrays, mixer_forward  # noqa: E402
+
+from mambalaya.exec.fused import run_fused  # noqa: E402
+from mambalaya.exec.realweights import bind_weights  # noqa: E402
+from mambalaya.exec.reference import run_reference  # noqa: E402
+from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping  # noqa: E402
+from mambalaya.parse import open_cascade  # noqa: E402
+
+#: Hand-picked untiled fusion groups: element-wise producers fuse into their readers (computed in registers).
+FUSED = {
+    "mamba1": [["X0", "Z"], ["XC", "X"], ["DTR", "BM", "CM"], ["DT0", "DT"], ["A"], ["DA", "BX", "H"],
+               ["SY", "Y", "G", "OUT"], ["HF"], ["CSF"]],
+    "mamba2": [["Z", "XBC0", "DT0"], ["XBC1", "XBC", "DT", "A", "DA", "XDT", "ACS"], ["LM", "CB", "YD"],
+               ["DS", "ST", "S"], ["YO", "Y", "YG", "NV", "YN", "OUT"], ["SF"], ["CSF"]],
+}
+
+
+def _mixer(family: str, v: dict):
+    if family == "mamba1":
+        return make_mamba1(d_model=v["d_model"], d_state=v["d_state"], d_conv=v["d_conv"], expand=v["expand"],
+                           dt_rank=v["dt_rank"])
+    return make_mamba2(d_model=v["d_model"], d_state=v["d_state"], d_conv=v["d_conv"], expand=v["expand"],
+                       headdim=v["headdim"], ngroups=v["ngroups"], chunk=v["chunk"], eps=v["eps"])
+
+
+def _best(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench(model: str, seqlen: int, repeat: int, reference: bool) -> dict:
+    family = "mamba2" if model.startswith("mamba2") else "mamba1"
+    cascade = open_cascade(family, model=model, params={"seqlen": seqlen, "batch": 1})
+    v = cascade.values
+    mixer = _mixer(family, v)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, seqlen, v["d_model"])).astype(np.float32)
+    inputs = bind_weights(cascade, mixer_arrays(mixer))
+    inputs["U"] = x
+    row: dict = {"model": model, "seqlen": seqlen, "threads": int(THREADS)}
+
+    torch.set_num_threads(int(THREADS))
+    want = mixer_forward(mixer, x)
+    row["torch_s"] = _best(lambda: mixer_forward(mixer, x), repeat)
+
+    mappings = {
+        "unfused": unfused_mapping(cascade),
+        "fused": Mapping(tuple(FusionGroup(tuple(g)) for g in FUSED[family]), cascade.name),
+    }
+    for label, mapping in mappings.items():
+        first = run_fused(cascade, mapping, inputs, "float32")
+        got = first.outputs["OUT"]
+        row[f"{label}_compile_s"] = round(first.compile_s, 2)
+        row[f"{label}_s"] = _best(lambda m=mapping: run_fused(cascade, m, inputs, "float32"), repeat)
+        row[f"{label}_traffic_MB"] = round(first.traffic_bytes / 1e6, 2)
+        row[f"{label}_max_rel_err_vs_torch"] = float(np.abs(got - want).max() / np.abs(want).max())
+    if reference:
+        t = time.perf_counter()
+        run_reference(cascade, inputs, "float32", keep="outputs")
+        row["reference_s"] = time.perf_counter() - t
+    best = min(row["unfused_s"], row["fused_s"])
+    row["torch_over_fused"] = row["torch_s"] / best
+    if reference:
+        row["reference_over_fused"] = row["reference_s"] / best
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", action="append", help="mamba-130m, mamba2-130m, ... (repeatable)")
+    ap.add_argument("--seqlen", type=int, action="append", help="tokens (repeatable; default 2048)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) reference interpreter")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = [
+        bench(m, s, args.repeat, not args.no_reference)
+        for m in args.model or ["mamba-130m", "mamba2-130m"]
+        for s in args.seqlen or [2048]
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        print(f"{r['model']} seqlen={r['seqlen']} threads={r['threads']}")
+        for k, val in r.items():
+            if k not in ("model", "seqlen", "threads"):
+                print(f"  {k:32s} {val:.4g}" if isinstance(val, float) else f"  {k:32s} {val}")
+
+
+if __name__ == "__main__":
+    main()

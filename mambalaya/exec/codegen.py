@@ -1,0 +1,629 @@
+"""Cascade IR -> Python source of one Numba loop nest per fusion group.
+
+The generated source is built only from the parsed IR (tensor names become
+``a_<index>`` parameters, ranks ``i_<rank>`` loop variables, params are baked in
+as numeric literals), so no user text is ever evaluated. Each group becomes one
+``kernel(*arrays, tc)`` function: its parameters are the boundary arrays (inputs
+and weights of the group, initial states, then the produced tensors that leave
+the group) and ``tc``, an int64 traffic counter with one read and one write slot
+per boundary tensor (see :mod:`mambalaya.exec.traffic_counter`).
+
+Semantics mirror :mod:`mambalaya.exec.reference` exactly: index expressions are
+evaluated in exact integer arithmetic (floor division, remainder, rational
+coefficients scaled to a common denominator), reads outside a tensor give zero,
+a tensor with an initial state reads that state at index -1 of its iterative
+position, a recurrence reads its own previous step, ``where`` masks zero the
+output (or the summed terms when the mask involves summed ranks), every
+additive term is summed over its own ranks, and ``cumsum`` is a prefix sum.
+
+Two loop-nest shapes are generated per Einsum: a point-wise nest (one scalar
+per output element, reductions as inner loops) and, for a summed product of
+factors that splits into two operand groups sharing the summed ranks, a
+gather + ``np.dot`` (BLAS) + scatter nest, because a naive triple loop is an
+order of magnitude slower than BLAS on the projections.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import sympy
+
+from mambalaya.errors import MambalayaError
+from mambalaya.ir.cascade import Cascade, Einsum
+from mambalaya.ir.expr import (
+    Access,
+    BinOp,
+    Call,
+    Const,
+    Node,
+    ParamRef,
+    Reduce,
+    accesses,
+    free_ranks,
+    multiplicative_factors,
+    walk,
+)
+from mambalaya.ir.mapping import FusionGroup
+
+#: Work (elements x inner trip count) above which a loop nest gets ``prange``.
+PARALLEL_WORK = 1 << 18
+#: Smallest M, N and K for which the gather + BLAS path beats the point-wise loop.
+GEMM_MIN = 8
+
+PRELUDE = '''\
+import math
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _softplus(x):
+    # np.logaddexp(0, x), as numpy computes it
+    if x == 0.0:
+        return math.log(2.0)
+    if x > 0.0:
+        return x + math.log1p(np.exp(-x))
+    if x <= 0.0:
+        return math.log1p(np.exp(x))
+    return x
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _maximum(a, b):
+    if a != a or b != b:
+        return a + b
+    return a if a >= b else b
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _minimum(a, b):
+    if a != a or b != b:
+        return a + b
+    return a if a <= b else b
+
+'''
+
+_UNARY = {
+    "exp": "np.exp({0})",
+    "log": "np.log({0})",
+    "softplus": "_softplus({0})",
+    "silu": "({0} * _sigmoid({0}))",
+    "sigmoid": "_sigmoid({0})",
+    "rsqrt": "(1.0 / np.sqrt({0}))",
+    "sqrt": "np.sqrt({0})",
+    "neg": "(-{0})",
+    "abs": "abs({0})",
+    "relu": "_maximum({0}, 0.0)",
+}
+
+
+def _literal(v: float) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "np.nan"
+    if math.isinf(v):
+        return "np.inf" if v > 0 else "(-np.inf)"
+    return repr(v)
+
+
+@dataclass
+class _Ctx:
+    """What the emitter of one group knows: arrays, rank variables, statements."""
+
+    cascade: Cascade
+    arrays: dict[str, str]  # tensor -> array variable (param or local buffer)
+    lines: list[str] = field(default_factory=list)
+    counter: itertools.count = field(default_factory=itertools.count)
+    self_rec: tuple[str, str] | None = None  # (tensor, out array) of the recurrence being emitted
+    inline: frozenset[str] = frozenset()  # on-chip point-wise tensors recomputed at each read
+
+    def tmp(self, stem: str = "v") -> str:
+        return f"{stem}{next(self.counter)}"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+
+# ---- index expressions -------------------------------------------------
+
+
+def _index_code(expr: sympy.Expr, rv: dict[str, str], values: dict) -> tuple[str, int]:
+    """Integer code for an index expression as (numerator code, denominator): exact, like the reference."""
+    if expr.is_Integer:
+        return str(int(expr)), 1
+    if expr.is_Rational:
+        return str(int(expr.p)), int(expr.q)
+    if expr.is_Symbol:
+        name = str(expr)
+        if name in rv:
+            return rv[name], 1
+        value = values[name]
+        if float(value) != int(value):
+            raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
+        return str(int(value)), 1
+    if expr.is_Add:
+        parts = [_index_code(a, rv, values) for a in expr.args]
+        den = 1
+        for _, d in parts:
+            den = den * d // math.gcd(den, d)
+        return "(" + " + ".join(f"{n} * {den // d}" if den // d != 1 else n for n, d in parts) + ")", den
+    if expr.is_Mul:
+        parts = [_index_code(a, rv, values) for a in expr.args]
+        den = math.prod(d for _, d in parts)
+        return "(" + " * ".join(n for n, _ in parts) + ")", den
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
+        n, d = _index_code(expr.base, rv, values)
+        e = int(expr.exp)
+        return f"({n} ** {e})", d**e
+    if isinstance(expr, sympy.floor):
+        n, d = _index_code(expr.args[0], rv, values)
+        return (f"({n} // {d})" if d != 1 else n), 1
+    if isinstance(expr, sympy.ceiling):
+        n, d = _index_code(expr.args[0], rv, values)
+        return (f"(-((-{n}) // {d}))" if d != 1 else n), 1
+    if isinstance(expr, sympy.Mod):
+        n, d = _index_code(expr.args[0], rv, values)
+        m, md = _index_code(expr.args[1], rv, values)
+        if d != 1 or md != 1:
+            raise MambalayaError(f"remainder of a fraction in index {expr}")
+        return f"({n} % {m})", 1
+    raise MambalayaError(f"cannot generate code for index expression {expr}")
+
+
+def _bind(expr: sympy.Expr, rv: dict[str, str], values: dict) -> sympy.Expr:
+    """Substitute the (whole-number) params of an index expression, leaving rank symbols."""
+    subs = {}
+    for sym in expr.free_symbols:
+        name = str(sym)
+        if name in rv:
+            continue
+        value = values[name]
+        if float(value) != int(value):
+            raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
+        subs[sym] = sympy.Integer(int(value))
+    return expr.xreplace(subs) if subs else expr
+
+
+def _int_index(expr: sympy.Expr, rv: dict[str, str], values: dict, what: str) -> str:
+    n, d = _index_code(_bind(expr, rv, values), rv, values)
+    if d != 1:
+        raise MambalayaError(f"index {expr} of {what} is fractional")
+    return n
+
+
+# ---- scalar expressions ------------------------------------------------
+
+
+def _access(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
+    """Emit a padded read; return the variable holding the value."""
+    c = ctx.cascade
+    if ctx.self_rec is not None and acc.tensor == ctx.self_rec[0]:
+        return _self_read(ctx, acc, rv, depth)
+    shape = c.shape(acc.tensor)
+    if len(acc.indices) != len(shape):
+        raise MambalayaError(f"{acc.tensor} has {len(shape)} axes but is read with {len(acc.indices)} indices")
+    if acc.tensor in ctx.inline:
+        return _inlined(ctx, acc, rv, depth)
+    arr = ctx.arrays[acc.tensor]
+    prod = c._by_name.get(acc.tensor)
+    rec = prod.recurrence if prod is not None and prod.recurrence is not None and prod.recurrence.init else None
+    idx, conds = [], []
+    for pos, ix in enumerate(acc.indices):
+        code = _int_index(ix, rv, c.values, acc.tensor)
+        # a plain rank no longer than the axis never leaves the tensor: no bounds check
+        plain = bool(ix.is_Symbol) and str(ix) in c.rank_sizes and c.rank_sizes[str(ix)] <= shape[pos]
+        if code.isidentifier() or code.lstrip("-").isdigit():
+            var = code
+        else:
+            var = ctx.tmp("j")
+            ctx.emit(depth, f"{var} = {code}")
+        idx.append(var)
+        if not plain:
+            conds.append((pos, var))
+    out = ctx.tmp()
+    if not conds:
+        ctx.emit(depth, f"{out} = {arr}[{', '.join(idx)}]")
+        return out
+    inside = " and ".join(f"0 <= {v} < {shape[p]}" for p, v in conds)
+    ctx.emit(depth, f"if {inside}:")
+    ctx.emit(depth + 1, f"{out} = {arr}[{', '.join(idx)}]")
+    if rec is not None and any(p == rec.position for p, _ in conds):
+        pos = rec.position
+        other = [f"0 <= {v} < {shape[p]}" for p, v in conds if p != pos]
+        init_idx = ", ".join(v for p, v in enumerate(idx) if p != pos) or "()"
+        ctx.emit(depth, f"elif {' and '.join([f'{idx[pos]} == -1', *other])}:")
+        ctx.emit(depth + 1, f"{out} = {ctx.arrays[rec.init]}[{init_idx}]")
+    ctx.emit(depth, "else:")
+    ctx.emit(depth + 1, f"{out} = 0.0")
+    return out
+
+
+def inlinable(e: Einsum) -> bool:
+    """A point-wise Einsum (no reduction, mask or recurrence): its value can be recomputed in registers."""
+    if e.where or e.recurrence is not None or e.reduced_ranks:
+        return False
+    return not any(isinstance(n, Reduce) for n in walk(e.expr)) and len(set(e.out_ranks)) == len(e.out_ranks)
+
+
+def _inlined(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
+    """An on-chip element-wise producer fused into its consumer (RI): computed at the read, never stored."""
+    c = ctx.cascade
+    e = c.einsum(acc.tensor)
+    shape = c.shape(acc.tensor)
+    inner: dict[str, str] = {}
+    conds = []
+    for pos, (r, ix) in enumerate(zip(e.out_ranks, acc.indices, strict=True)):
+        code = _int_index(ix, rv, c.values, acc.tensor)
+        var = ctx.tmp("j")
+        ctx.emit(depth, f"{var} = {code}")
+        inner[r] = var
+        plain = bool(ix.is_Symbol) and str(ix) in c.rank_sizes and c.rank_sizes[str(ix)] <= shape[pos]
+        if not plain:
+            conds.append(f"0 <= {var} < {shape[pos]}")
+    out = ctx.tmp()
+    d = depth
+    ctx.emit(d, f"{out} = 0.0")
+    if conds:
+        ctx.emit(d, f"if {' and '.join(conds)}:")
+        d += 1
+    for sign, term, _ in e.terms():
+        val = _node(ctx, term, inner, d)
+        ctx.emit(d, f"{out} {'+=' if sign > 0 else '-='} {val}")
+    return out
+
+
+def _self_read(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
+    """A recurrence's read of its previous step (the reference ignores the written indices)."""
+    c = ctx.cascade
+    e = c.einsum(acc.tensor)
+    rec = e.recurrence
+    assert rec is not None
+    arr = ctx.self_rec[1] if ctx.self_rec else ""
+    idx = [rv[r] for r in e.out_ranks]
+    t = idx[rec.position]
+    idx[rec.position] = f"{t} - 1"
+    out = ctx.tmp()
+    ctx.emit(depth, f"if {t} > 0:")
+    ctx.emit(depth + 1, f"{out} = {arr}[{', '.join(idx)}]")
+    ctx.emit(depth, "else:")
+    if rec.init is not None:
+        init_idx = ", ".join(v for p, v in enumerate(idx) if p != rec.position) or "()"
+        ctx.emit(depth + 1, f"{out} = {ctx.arrays[rec.init]}[{init_idx}]")
+    else:
+        ctx.emit(depth + 1, f"{out} = 0.0")
+    return out
+
+
+def _node(ctx: _Ctx, node: Node, rv: dict[str, str], depth: int) -> str:
+    """Emit statements computing ``node`` at the bound ranks; return a code expression."""
+    c = ctx.cascade
+    if isinstance(node, Access):
+        return _access(ctx, node, rv, depth)
+    if isinstance(node, Const):
+        return _literal(node.value)
+    if isinstance(node, ParamRef):
+        return _literal(c.values[node.name])
+    if isinstance(node, Call):
+        args = [_node(ctx, a, rv, depth) for a in node.args]
+        if node.fn in _UNARY:
+            if len(args) != 1:
+                raise MambalayaError(f"{node.fn} takes one argument, got {len(args)}")
+            var = ctx.tmp()
+            ctx.emit(depth, f"{var} = {args[0]}")
+            return _UNARY[node.fn].format(var)
+        if node.fn == "clamp":
+            return f"_minimum(_maximum({args[0]}, {args[1]}), {args[2]})"
+        if node.fn in ("maximum", "minimum"):
+            return f"_{node.fn}({args[0]}, {args[1]})"
+        raise MambalayaError(f"the fused executor has no implementation of function '{node.fn}'")
+    if isinstance(node, BinOp):
+        lhs = _node(ctx, node.lhs, rv, depth)
+        rhs = _node(ctx, node.rhs, rv, depth)
+        return f"({lhs} {node.op} {rhs})"
+    if isinstance(node, Reduce):
+        return _reduce(ctx, node, rv, depth)
+    raise TypeError(node)
+
+
+def _reduce(ctx: _Ctx, node: Reduce, rv: dict[str, str], depth: int) -> str:
+    c = ctx.cascade
+    size = c.rank_sizes[node.rank]
+    acc = ctx.tmp("acc")
+    if node.op == "cumsum":
+        # value at rank position i is the sum of arg over 0..i (np.cumsum along the rank)
+        var = ctx.tmp(f"i_{node.rank}_")
+        ctx.emit(depth, f"{acc} = 0.0")
+        ctx.emit(depth, f"for {var} in range({rv[node.rank]} + 1):")
+        val = _node(ctx, node.arg, {**rv, node.rank: var}, depth + 1)
+        ctx.emit(depth + 1, f"{acc} += {val}")
+        return acc
+    var = f"i_{node.rank}"
+    inner = {**rv, node.rank: var}
+    if node.op in ("sum", "mean"):
+        ctx.emit(depth, f"{acc} = 0.0")
+        ctx.emit(depth, f"for {var} in range({size}):")
+        val = _node(ctx, node.arg, inner, depth + 1)
+        ctx.emit(depth + 1, f"{acc} += {val}")
+        return f"({acc} / {size})" if node.op == "mean" else acc
+    if node.op in ("max", "min"):
+        ctx.emit(depth, f"{acc} = {'-np.inf' if node.op == 'max' else 'np.inf'}")
+        ctx.emit(depth, f"for {var} in range({size}):")
+        val = _node(ctx, node.arg, inner, depth + 1)
+        ctx.emit(depth + 1, f"{acc} = _{'maximum' if node.op == 'max' else 'minimum'}({acc}, {val})")
+        return acc
+    raise MambalayaError(f"unknown reduction {node.op}")
+
+
+def _mask_code(e: Einsum, rv: dict[str, str], values: dict) -> str:
+    parts = []
+    for cmp in e.where:
+        ln, ld = _index_code(_bind(cmp.lhs, rv, values), rv, values)
+        rn, rd = _index_code(_bind(cmp.rhs, rv, values), rv, values)
+        parts.append(f"({ln} * {rd} {cmp.op} {rn} * {ld})")
+    return " and ".join(parts)
+
+
+# ---- one Einsum --------------------------------------------------------
+
+
+def _rv(ranks: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return {r: f"i_{r}" for r in ranks}
+
+
+def _loop(ctx: _Ctx, depth: int, rank: str, size: int, par: bool) -> int:
+    ctx.emit(depth, f"for i_{rank} in {'prange' if par else 'range'}({size}):")
+    return depth + 1
+
+
+def _out_order(e: Einsum, order: tuple[str, ...]) -> list[str]:
+    ranks = [r for r in order if r in e.out_ranks]
+    return ranks + [r for r in e.out_ranks if r not in ranks]
+
+
+def _pick_parallel(ctx: _Ctx, ranks: list[str], work: int, avoid: str | None = None) -> str | None:
+    if work < PARALLEL_WORK:
+        return None
+    for r in ranks:
+        if r != avoid and ctx.cascade.rank_sizes[r] >= 2:
+            return r
+    return None
+
+
+def _work(c: Cascade, e: Einsum) -> int:
+    return math.prod(c.rank_sizes[r] for r in e.ranks)
+
+
+def _emit_pointwise(ctx: _Ctx, e: Einsum, out: str, order: tuple[str, ...], depth: int, terms: list) -> None:
+    """Point-wise nest: one scalar per output element, summed ranks as inner loops."""
+    c = ctx.cascade
+    ranks = _out_order(e, order)
+    rec = e.recurrence
+    if rec is not None:
+        # any order works as long as the iterative rank runs ascending (each step reads only its own
+        # predecessor at the same other indices); keeping it outer streams the state contiguously
+        ctx.self_rec = (e.name, out)
+    par = _pick_parallel(ctx, ranks, _work(c, e), rec.rank if rec else None)
+    for r in ranks:
+        depth = _loop(ctx, depth, r, c.rank_sizes[r], r == par)
+    rv = _rv(e.ranks)
+    mask_ranks = {r for cmp in e.where for r in cmp.ranks()}
+    outer_mask = bool(e.where) and mask_ranks <= set(e.out_ranks)
+    store = f"{out}[{', '.join(rv[r] for r in e.out_ranks)}]"
+    if outer_mask:
+        ctx.emit(depth, f"if not ({_mask_code(e, rv, c.values)}):")
+        ctx.emit(depth + 1, f"{store} = 0.0")
+        ctx.emit(depth + 1, "continue")
+    total = ctx.tmp("tot")
+    ctx.emit(depth, f"{total} = 0.0")
+    for sign, term, summed in terms:
+        op = "+=" if sign > 0 else "-="
+        over = [r for r in e.ranks if r in summed]
+        if not over:
+            val = _node(ctx, term, rv, depth)
+            ctx.emit(depth, f"{total} {op} {val}")
+            continue
+        acc = ctx.tmp("acc")
+        ctx.emit(depth, f"{acc} = 0.0")
+        d = depth
+        for r in over:
+            d = _loop(ctx, d, r, c.rank_sizes[r], False)
+        if e.where and not outer_mask:
+            ctx.emit(d, f"if not ({_mask_code(e, rv, c.values)}):")
+            ctx.emit(d + 1, "continue")
+        val = _node(ctx, term, rv, d)
+        ctx.emit(d, f"{acc} += {val}")
+        ctx.emit(depth, f"{total} {op} {acc}")
+    ctx.emit(depth, f"{store} = {total}")
+    ctx.self_rec = None
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    a: tuple[Node, ...]
+    b: tuple[Node, ...]
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+
+
+def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Gemm | None:
+    """Split a summed product into two operand groups for BLAS, or None when it is not worth it."""
+    if e.where or e.recurrence is not None or not summed:
+        return None
+    factors = multiplicative_factors(term)
+    if not factors or len(factors) > 6:
+        return None
+    fr = [free_ranks(f) for f in factors]
+    size = c.rank_sizes
+    best, best_score = None, 0
+    for mask in range(1, 2 ** len(factors) - 1):
+        ga = [i for i in range(len(factors)) if mask >> i & 1]
+        gb = [i for i in range(len(factors)) if not mask >> i & 1]
+        ra = frozenset().union(*(fr[i] for i in ga))
+        rb = frozenset().union(*(fr[i] for i in gb))
+        if not summed <= (ra & rb) or set(e.out_ranks) - (ra | rb):
+            continue
+        ordered = [r for r in e.ranks]
+        batch = tuple(r for r in ordered if r in (ra & rb) - summed)
+        m = tuple(r for r in ordered if r in ra - rb)
+        n = tuple(r for r in ordered if r in rb - ra)
+        k = tuple(r for r in ordered if r in summed)
+        ms, ns, ks = (math.prod(size[r] for r in g) for g in (m, n, k))
+        if min(ms, ns, ks) < GEMM_MIN:
+            continue
+        score = min(ms, ns) * ks
+        if score > best_score:
+            best_score = score
+            best = _Gemm(tuple(factors[i] for i in ga), tuple(factors[i] for i in gb), batch, m, n, k)
+    return best
+
+
+def _flat(ranks: tuple[str, ...], sizes: dict[str, int]) -> str:
+    if not ranks:
+        return "0"
+    code = f"i_{ranks[0]}"
+    for r in ranks[1:]:
+        code = f"({code} * {sizes[r]} + i_{r})"
+    return code
+
+
+def _emit_gemm(ctx: _Ctx, e: Einsum, out: str, depth: int, sign: int, plan: _Gemm) -> None:
+    """Gather both operand groups into contiguous matrices per batch point, np.dot, scatter-add."""
+    c = ctx.cascade
+    size = c.rank_sizes
+    ms, ns, ks = (math.prod(size[r] for r in g) for g in (plan.m, plan.n, plan.k))
+    nbatch = math.prod(size[r] for r in plan.batch)
+    # no prange around np.dot: BLAS threads itself, and OpenBLAS inside an OpenMP loop misbehaves
+    par, batch = None, plan.batch
+    del nbatch
+    for r in batch:
+        depth = _loop(ctx, depth, r, size[r], r == par)
+    rv = _rv(e.ranks)
+    ga, gb, gc = ctx.tmp("ga"), ctx.tmp("gb"), ctx.tmp("gc")
+    ctx.emit(depth, f"{ga} = np.empty(({ms}, {ks}), dtype={out}.dtype)")
+    ctx.emit(depth, f"{gb} = np.empty(({ks}, {ns}), dtype={out}.dtype)")
+    for mat, ranks_outer, ranks_inner, factors in ((ga, plan.m, plan.k, plan.a), (gb, plan.k, plan.n, plan.b)):
+        d = depth
+        for r in (*ranks_outer, *ranks_inner):
+            d = _loop(ctx, d, r, size[r], False)
+        vals = [_node(ctx, f, rv, d) for f in factors]
+        ctx.emit(d, f"{mat}[{_flat(ranks_outer, size)}, {_flat(ranks_inner, size)}] = {' * '.join(vals)}")
+    ctx.emit(depth, f"{gc} = np.dot({ga}, {gb})")
+    d = depth
+    for r in (*plan.m, *plan.n):
+        d = _loop(ctx, d, r, size[r], False)
+    op = "+=" if sign > 0 else "-="
+    ctx.emit(d, f"{out}[{', '.join(rv[r] for r in e.out_ranks)}] {op} {gc}[{_flat(plan.m, size)}, "
+                f"{_flat(plan.n, size)}]")
+
+
+def emit_einsum(ctx: _Ctx, e: Einsum, order: tuple[str, ...], depth: int) -> None:
+    """Compute the full output of ``e`` into its array (a boundary array or an on-chip buffer)."""
+    c = ctx.cascade
+    out = ctx.arrays[e.name]
+    terms = e.terms()
+    plans = [_gemm_plan(c, e, t, s) for _, t, s in terms]
+    ctx.emit(depth, f"# {e.text}")
+    if not any(plans):
+        _emit_pointwise(ctx, e, out, order, depth, terms)
+        return
+    ctx.emit(depth, f"{out}.fill(0.0)")
+    rest = [t for t, p in zip(terms, plans, strict=True) if p is None]
+    for (sign, _, _), plan in zip(terms, plans, strict=True):
+        if plan is not None:
+            _emit_gemm(ctx, e, out, depth, sign, plan)
+    if rest:
+        # the remaining terms: add them point-wise on top of the GEMM results
+        tmp = ctx.tmp("rest")
+        ctx.emit(depth, f"{tmp} = np.empty_like({out})")
+        _emit_pointwise(ctx, e, tmp, order, depth, rest)
+        ctx.emit(depth, f"{out} += {tmp}")
+
+
+# ---- one group ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """The boundary of one fusion group, as the kernel sees it."""
+
+    index: int
+    einsums: tuple[str, ...]
+    reads: tuple[str, ...]  # boundary tensors read: inputs, weights, initial states, earlier groups' tensors
+    writes: tuple[str, ...]  # produced tensors that leave the group (cascade outputs or read by other groups)
+    local: tuple[str, ...]  # produced tensors that stay on chip
+    #: initial states a consumer reads as index -1 of a recurrence tensor produced elsewhere (YO reads S0 at
+    #: c = 0 through S[b,c-1,...]): passed to the kernel but not counted, because the cost model's operand
+    #: list (``Einsum.reads``) treats them as the padding of that tensor
+    aux: tuple[str, ...] = ()
+
+
+def plan_group(cascade: Cascade, groups: list[tuple[str, ...]], gi: int) -> GroupPlan:
+    names = groups[gi]
+    produced = set(names)
+    reads: list[str] = []
+    for n in names:
+        for t in cascade.einsum(n).reads:
+            if t not in produced and t not in reads:
+                reads.append(t)
+    aux: list[str] = []
+    for n in names:
+        for acc in accesses(cascade.einsum(n).expr):
+            prod = cascade._by_name.get(acc.tensor)
+            if prod is None or acc.tensor in produced or prod.recurrence is None or not prod.recurrence.init:
+                continue
+            init = prod.recurrence.init
+            if not acc.indices[prod.recurrence.position].is_Symbol and init not in reads and init not in aux:
+                aux.append(init)
+    outputs = set(cascade.outputs())
+    writes, local = [], []
+    for n in names:
+        outside = any(cons not in produced for cons in cascade.consumers(n))
+        (writes if n in outputs or outside else local).append(n)
+    return GroupPlan(gi, tuple(names), tuple(reads), tuple(writes), tuple(local), tuple(aux))
+
+
+def group_source(cascade: Cascade, group: FusionGroup, plan: GroupPlan, dtype: str) -> str:
+    """The Python source of the kernel of one fusion group (module text, one ``kernel``)."""
+    if any(r in group.tiles and group.tiles[r] < cascade.rank_sizes[r] for r in cascade.rank_sizes):
+        tiled = sorted(r for r, t in group.tiles.items() if t < cascade.rank_sizes[r])
+        raise MambalayaError(
+            f"group {plan.index} ({', '.join(plan.einsums)}): tiled ranks {', '.join(tiled)} are not supported "
+            f"by the fused executor yet (only untiled groups, whose on-chip buffers span the full extent)"
+        )
+    params = [*plan.reads, *plan.writes, *plan.aux]
+    arrays = {t: f"a{i}" for i, t in enumerate(params)}
+    for t in plan.local:
+        arrays[t] = f"buf_{t}"
+    # element-wise producers whose every reader is in the group are fused into their readers (no buffer)
+    inline = frozenset(t for t in plan.local if inlinable(cascade.einsum(t)))
+    ctx = _Ctx(cascade, arrays, inline=inline)
+    ctx.emit(0, f"# group {plan.index}: {', '.join(plan.einsums)}")
+    ctx.emit(0, '@njit(cache=True, error_model="numpy", parallel=PARALLEL)')
+    ctx.emit(0, f"def kernel({', '.join(arrays[t] for t in params)}, tc):")
+    # traffic: each boundary input is loaded whole once (the group is one tile), each exported
+    # tensor stored once; slot 2*i counts reads of params[i], slot 2*i+1 its writes (elements)
+    for i, t in enumerate(plan.reads):
+        ctx.emit(1, f"tc[{2 * i}] += {cascade.size(t)}  # load {t}")
+    for t in plan.local:
+        if t not in inline:
+            ctx.emit(1, f"{arrays[t]} = np.empty({cascade.shape(t)}, dtype=np.{dtype})")
+    for n in plan.einsums:
+        if n in inline:
+            continue
+        emit_einsum(ctx, cascade.einsum(n), group.loop_order, 1)
+    for i, t in enumerate(plan.writes, start=len(plan.reads)):
+        ctx.emit(1, f"tc[{2 * i + 1}] += {cascade.size(t)}  # store {t}")
+    ctx.emit(1, "return 0")
+    body = "\n".join(ctx.lines) + "\n"
+    parallel = "prange(" in body
+    return PRELUDE + f"PARALLEL = {parallel}\n\n\n" + body

@@ -1,0 +1,158 @@
+"""The fused Numba executor equals the reference interpreter and counts the cost model's bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mambalaya.errors import MambalayaError
+from mambalaya.exec.fused import run_fused, verify
+from mambalaya.exec.reference import random_inputs, run_reference
+from mambalaya.exec.traffic_counter import unfused_rule_bytes
+from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.parse import open_cascade, parse_cascade_text
+
+SMALL = {
+    "mamba1": {"seqlen": 13, "d_model": 8, "d_state": 4, "dt_rank": 2},
+    "mamba2": {"seqlen": 19, "d_model": 16, "d_state": 4, "headdim": 8, "chunk": 8},
+    "mamba1-decode": {"d_model": 8, "d_state": 4, "dt_rank": 2},
+    "mamba2-decode": {"d_model": 16, "d_state": 4, "headdim": 8},
+}
+
+
+def _small(name: str):
+    c = open_cascade(name)
+    return c.with_params(**{k: v for k, v in SMALL[name].items() if k in c.params})
+
+
+def _rule_bytes(cascade, mapping: Mapping) -> int:
+    """The cost model's rule for untiled groups, written out by hand."""
+    total = 0
+    for g in mapping.groups:
+        produced = set(g.einsums)
+        reads = {t for n in g.einsums for t in cascade.einsum(n).reads if t not in produced}
+        total += sum(cascade.nbytes(t) for t in reads)
+        for n in g.einsums:
+            leaves = n in cascade.outputs() or any(c not in produced for c in cascade.consumers(n))
+            total += cascade.nbytes(n) if leaves else 0
+    return total
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_unfused_matches_reference_and_rule(name: str) -> None:
+    c = _small(name)
+    m = unfused_mapping(c)
+    r = verify(c, m)
+    assert r["ok"], r
+    assert r["traffic_counted_bytes"] == unfused_rule_bytes(c) == _rule_bytes(c, m)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_fused_groups_match_reference_and_rule(name: str) -> None:
+    c = _small(name)
+    names = c.einsum_names
+    for size in (len(names), 4):
+        m = Mapping(tuple(FusionGroup(tuple(names[i : i + size])) for i in range(0, len(names), size)), c.name)
+        r = verify(c, m)
+        assert r["ok"], (size, r)
+        assert r["traffic_counted_bytes"] == _rule_bytes(c, m)
+    whole = Mapping((FusionGroup(names),), c.name)
+    counted = run_fused(c, whole, random_inputs(c)).traffic_bytes
+    assert counted == sum(c.nbytes(t) for t in c.inputs()) + sum(c.nbytes(t) for t in c.outputs())
+
+
+def test_float32_and_second_run_hits_cache() -> None:
+    c = _small("mamba2")
+    m = unfused_mapping(c)
+    assert verify(c, m, dtype="float32")["ok"]
+    again = run_fused(c, m, random_inputs(c, 1), "float32")
+    assert again.compile_s < 1.0
+    ref = run_reference(c, random_inputs(c, 1), "float32", keep="outputs")
+    for k, v in ref.items():
+        np.testing.assert_allclose(again.outputs[k], v, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(v).max()))
+
+
+def test_tiled_group_is_refused_by_name() -> None:
+    c = _small("mamba1")
+    m = Mapping((FusionGroup(c.einsum_names, tiles={"l": 4}),), c.name)
+    with pytest.raises(MambalayaError, match="group 0 .*tiled ranks l"):
+        run_fused(c, m, random_inputs(c))
+
+
+# ---- random small cascades -------------------------------------------------
+
+RANKS = {"a": 4, "b": 3, "c": 5}
+FNS = ["exp", "silu", "sigmoid", "softplus", "neg", "abs", "relu", "sqrt", "log", "rsqrt"]
+
+
+@st.composite
+def cascades(draw: st.DrawFn) -> str:
+    pool: dict[str, tuple[str, ...]] = {"X": ("a", "b"), "Y": ("b", "c"), "W": ("a", "c")}
+    lines = []
+    for i in range(draw(st.integers(1, 4))):
+        name = f"T{i}"
+        src = draw(st.sampled_from(sorted(pool)))
+        ranks = pool[src]
+        shift = draw(st.sampled_from(["", "-1", "+1", "+2"]))
+        idx = [ranks[0] + shift, *ranks[1:]]
+        read = f"{src}[{','.join(idx)}]"
+        kind = draw(st.sampled_from(["map", "binop", "contract", "reduce", "mask", "recur", "split"]))
+        if kind == "map":
+            out, rhs = ranks, f"{draw(st.sampled_from(FNS))}({read}) * 0.5 + 1.5"
+        elif kind in ("binop", "contract"):
+            other = draw(st.sampled_from(sorted(pool)))
+            oranks = pool[other]
+            union = tuple(dict.fromkeys(ranks + oranks))
+            shared = [r for r in ranks if r in oranks]
+            out = union if kind == "binop" or not shared else tuple(r for r in union if r != shared[0])
+            op = draw(st.sampled_from(["+", "-", "*"])) if kind == "binop" else "*"
+            rhs = f"{read} {op} {other}[{','.join(oranks)}]"
+        elif kind == "reduce":
+            op = draw(st.sampled_from(["sum", "max", "min", "mean", "cumsum"]))
+            r = ranks[-1]
+            out = ranks if op == "cumsum" else tuple(x for x in ranks if x != r)
+            rhs = f"{op}_{r}({read}) + 1.0"
+        elif kind == "mask":
+            out = ("a", "b", "c")
+            rhs = f"{read} * W[a,c] where b <= {draw(st.sampled_from(['a', 'c', 'a-1']))}"
+        elif kind == "split":
+            out = ("a", "b")
+            rhs = "X[a,(a*3+b)//4] + X[a,(a*3+b)%3]"
+        else:
+            out = ranks
+            rest = ",".join(ranks[1:])
+            rhs = f"0.5 * {name}[{ranks[0]}-1,{rest}] + {read}"
+        if not out:
+            continue
+        lines.append(f"  - {name}[{','.join(out)}] = {rhs}")
+        pool[name] = out
+    body = "\n".join(lines)
+    return f"name: rnd\nparams: {{A: 4, B: 3, C: 5}}\nranks: {{a: A, b: B, c: C}}\neinsums:\n{body}\n"
+
+
+def _check_random(text: str) -> None:
+    try:
+        c = parse_cascade_text(text)
+    except MambalayaError:
+        return  # the generator may write something the parser rightly refuses
+    m = unfused_mapping(c)
+    r = verify(c, m)
+    assert r["ok"], (text, r)
+    assert r["traffic_counted_bytes"] == unfused_rule_bytes(c)
+    whole = Mapping((FusionGroup(c.einsum_names),), c.name)
+    assert verify(c, whole)["ok"], text
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cascades())
+def test_random_cascades_unfused(text: str) -> None:
+    _check_random(text)
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cascades())
+def test_random_cascades_exhaustive(text: str) -> None:
+    _check_random(text)
