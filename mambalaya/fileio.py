@@ -37,6 +37,12 @@ def resolve_shipped(name_or_path: str | Path, kind: str) -> Path:
     raise MambalayaError(f"unknown {kind[:-1]} '{name_or_path}': give a file path or one of: {names}")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write a file so that a reader never sees it half-written, and a failure leaves no debris."""
     path = Path(path)
@@ -48,6 +54,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

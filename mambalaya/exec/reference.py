@@ -11,14 +11,13 @@ Python loop. The one concession to size is that a summed product goes through
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
 
 import numpy as np
-import sympy
 
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Compare, Const, Node, ParamRef, Reduce, multiplicative_factors
+from mambalaya.ir.indexing import eval_index
 
 # ---- element-wise functions --------------------------------------------
 
@@ -67,62 +66,6 @@ def _union(*ranks: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r for rs in ranks for r in rs))
 
 
-# ---- exact index arithmetic ----------------------------------------------
-
-
-def _eval_index(expr: sympy.Expr, grids: dict[str, np.ndarray], values: dict) -> tuple[np.ndarray, int]:
-    """Evaluate an index expression exactly, as (numerator array, denominator)."""
-    if expr.is_Integer:
-        return np.asarray(int(expr)), 1
-    if expr.is_Rational:
-        return np.asarray(int(expr.p)), int(expr.q)
-    if expr.is_Symbol:
-        name = str(expr)
-        if name in grids:
-            return grids[name], 1
-        value = values[name]
-        if float(value) != int(value):
-            raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
-        return np.asarray(int(value)), 1
-    if expr.is_Add:
-        num, den = np.asarray(0), 1
-        for arg in expr.args:
-            n2, d2 = _eval_index(arg, grids, values)
-            common = den * d2 // gcd(den, d2)
-            num = num * (common // den) + n2 * (common // d2)
-            den = common
-        return num, den
-    if expr.is_Mul:
-        num, den = np.asarray(1), 1
-        for arg in expr.args:
-            n2, d2 = _eval_index(arg, grids, values)
-            num, den = num * n2, den * d2
-        return num, den
-    if expr.is_Pow and expr.exp.is_Integer:
-        base_n, base_d = _eval_index(expr.base, grids, values)
-        e = int(expr.exp)
-        return (base_n**e, base_d**e) if e >= 0 else _invert(base_n**-e, base_d**-e)
-    if isinstance(expr, sympy.floor):
-        n, d = _eval_index(expr.args[0], grids, values)
-        return n // d, 1
-    if isinstance(expr, sympy.ceiling):
-        n, d = _eval_index(expr.args[0], grids, values)
-        return -((-n) // d), 1
-    if isinstance(expr, sympy.Mod):
-        n, d = _eval_index(expr.args[0], grids, values)
-        m, md = _eval_index(expr.args[1], grids, values)
-        if d != 1 or md != 1:
-            raise MambalayaError(f"remainder of a fraction in index {expr}")
-        return n % m, 1
-    raise MambalayaError(f"cannot evaluate index expression {expr}")
-
-
-def _invert(num: np.ndarray, den: int) -> tuple[np.ndarray, int]:
-    if num.ndim:
-        raise MambalayaError("division by a rank variable in an index expression")
-    return np.asarray(den), int(num)
-
-
 # ---- the evaluator -------------------------------------------------------
 
 
@@ -168,7 +111,7 @@ class _Evaluator:
         full = tuple(self.rank_len(r) for r in ranks)
         index, valid = [], np.ones(full, dtype=bool)
         for pos, ix in enumerate(acc.indices):
-            num, den = _eval_index(ix, grids, self.values)
+            num, den = eval_index(ix, grids, self.values)
             if den != 1:
                 raise MambalayaError(f"index {ix} of {acc.tensor} is fractional")
             if pos == shifted:
@@ -246,8 +189,8 @@ class _Evaluator:
         full = tuple(self.rank_len(r) for r in ranks)
         ok = np.ones(full, dtype=bool)
         for c in where:
-            ln, ld = _eval_index(c.lhs, grids, self.values)
-            rn, rd = _eval_index(c.rhs, grids, self.values)
+            ln, ld = eval_index(c.lhs, grids, self.values)
+            rn, rd = eval_index(c.rhs, grids, self.values)
             a, b = ln * rd, rn * ld
             ok &= {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b, "!=": a != b}[c.op]
         return Value(ok, ranks)

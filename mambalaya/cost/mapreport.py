@@ -1,0 +1,153 @@
+"""What ``mambalaya map`` prints: a mapping's cost next to the unfused baseline.
+
+``map_report`` returns the JSON object of DESIGN.md section 8 (``arch``,
+``objective``, ``groups``, ``traffic_bytes``, ``latency_s``, ``optimal``,
+``solve_s``, ``unfused``, ``einsums``); ``format_map_report`` renders the same
+dict as rich tables for a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+from mambalaya.arch import Arch, load_arch
+from mambalaya.cost.context import BufferNeed, CostContext
+from mambalaya.cost.model import CostReport, evaluate
+from mambalaya.errors import MambalayaError
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.mapping import Mapping, unfused_mapping
+
+OBJECTIVES = ("latency", "traffic")
+
+
+def _score(report: CostReport, objective: str) -> tuple[float, float]:
+    return (
+        (report.latency_s, report.traffic_bytes)
+        if objective == "latency"
+        else (report.traffic_bytes, report.latency_s)
+    )
+
+
+def map_report(
+    cascade: Cascade,
+    arch: Arch | str,
+    mapping: Mapping | None = None,
+    *,
+    objective: str = "latency",
+    optimal: bool = False,
+    solve_s: float | None = None,
+    method: str | None = None,
+    buffer_need: BufferNeed | None = None,
+) -> dict[str, Any]:
+    """The ``map`` JSON: ``mapping`` evaluated, or (without one) the better of greedy and unfused.
+
+    ``optimal``/``solve_s``/``method`` let an optimiser that found ``mapping`` say so.
+    """
+    if objective not in OBJECTIVES:
+        raise MambalayaError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    start = time.perf_counter()
+    ctx = CostContext(cascade, arch, buffer_need)
+    unfused = evaluate(cascade, arch, unfused_mapping(cascade), ctx=ctx)
+    if mapping is not None:
+        chosen, how = evaluate(cascade, arch, mapping, ctx=ctx), method or "file"
+    elif not arch.can_fuse:
+        chosen, how = unfused, "unfused"
+    else:
+        from mambalaya.cost.heuristics import greedy_mapping
+
+        greedy = evaluate(cascade, arch, greedy_mapping(cascade, arch, ctx=ctx), ctx=ctx)
+        chosen, how = (
+            (greedy, "greedy")
+            if _score(greedy, objective) <= _score(unfused, objective)
+            else (unfused, "unfused")
+        )
+    elapsed = time.perf_counter() - start
+    return {
+        "cascade": cascade.name,
+        "arch": arch.name,
+        "objective": objective,
+        "method": how,
+        "optimal": optimal,
+        "solve_s": elapsed if solve_s is None else solve_s,
+        **chosen.summary(),
+        "mapping": chosen.mapping.to_dict(),
+        "unfused": unfused.summary(),
+        "speedup": unfused.latency_s / chosen.latency_s if chosen.latency_s > 0 else None,
+        "traffic_reduction": unfused.traffic_bytes / chosen.traffic_bytes if chosen.traffic_bytes else None,
+        "einsums": [e.to_json() for e in chosen.einsums],
+        "group_costs": [g.to_json() for g in chosen.groups],
+        "params": dict(cascade.params),
+    }
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _time(s: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def _count(n: float) -> str:
+    return f"{n:.2g}".replace("e+0", "e").replace("e+", "e")
+
+
+def format_map_report(result: dict[str, Any], width: int = 120) -> str:
+    """Rich tables for a terminal: the headline next to unfused, then one row per Einsum."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False, color_system=None)
+    head = Table(
+        title=f"{result['cascade']} on {result['arch']} ({result['method']}, objective "
+        f"{result['objective']}{', optimal' if result['optimal'] else ''})"
+    )
+    for col in ("mapping", "groups", "traffic", "latency", "compute", "memory", "overhead"):
+        head.add_column(col, justify="left" if col == "mapping" else "right")
+    for name, fig in (("chosen", result), ("unfused", result["unfused"])):
+        head.add_row(
+            name,
+            str(len(fig["groups"])),
+            _bytes(fig["traffic_bytes"]),
+            _time(fig["latency_s"]),
+            _time(fig["compute_s"]),
+            _time(fig["memory_s"]),
+            _time(fig["overhead_s"]),
+        )
+    console.print(head)
+    if result.get("speedup"):
+        console.print(
+            f"speedup over unfused {result['speedup']:.2f}x, traffic "
+            f"{result['traffic_reduction']:.2f}x lower; solved in {result['solve_s']:.2f} s"
+        )
+    rows = Table(title="per Einsum")
+    for col in ("einsum", "group", "traffic", "memory", "compute", "latency", "FLOP/B", "bound", "ops"):
+        rows.add_column(col, justify="left" if col in ("einsum", "bound", "ops") else "right")
+    for e in result["einsums"]:
+        ops = ", ".join(f"{k} {_count(v)}" for k, v in sorted(e["ops"].items(), key=lambda kv: -kv[1])[:2])
+        oi = e["intensity"]
+        rows.add_row(
+            e["name"],
+            str(e["group"]),
+            _bytes(e["traffic_bytes"]),
+            _time(e["memory_s"]),
+            _time(e["compute_s"]),
+            _time(e["latency_s"]),
+            "-" if oi is None else f"{oi:.3g}",
+            e["bound"],
+            ops,
+        )
+    console.print(rows)
+    return console.export_text()
+
+
+__all__ = ["OBJECTIVES", "format_map_report", "map_report"]

@@ -1,0 +1,129 @@
+"""Cascades for the analyzer's tests: layer chains and a hypothesis strategy of random cascades."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from hypothesis import strategies as st
+
+from mambalaya.fileio import resolve_shipped
+from mambalaya.ir.cascade import Cascade
+from mambalaya.parse.cascade_file import cascade_from_dict, load_cascade
+
+
+def chain_layers(name: str, layers: int, **params: int | float) -> Cascade:
+    """``layers`` copies of a shipped layer as one cascade: layer i's OUT is layer i+1's input U."""
+    path = resolve_shipped(name, "cascades")
+    if layers == 1:
+        return load_cascade(path, **params)
+    data = yaml.safe_load(path.read_text())
+    tensors = list(load_cascade(path).tensors)
+    out: dict[str, Any] = {k: v for k, v in data.items() if k not in ("einsums", "tensors", "name")}
+    out["name"] = f"{name}x{layers}"
+    out["einsums"], out["tensors"] = [], {}
+    for i in range(1, layers + 1):
+        rename = {t: f"{t}L{i}" for t in tensors}
+        if i > 1:
+            rename["U"] = f"OUTL{i - 1}"
+
+        def sub(text: str, rename=rename) -> str:
+            return re.sub(r"\b([A-Za-z][A-Za-z0-9_]*)\[", lambda m: rename.get(m.group(1), m.group(1)) + "[", text)
+
+        out["einsums"] += [sub(e) for e in data["einsums"]]
+        for t, meta in (data.get("tensors") or {}).items():
+            if i > 1 and t == "U":
+                continue
+            meta = dict(meta or {})
+            meta.pop("source", None)
+            if "init" in meta:
+                meta["init"] = rename[meta["init"]]
+            out["tensors"][rename[t]] = meta
+    return cascade_from_dict(out, **params)
+
+
+RANKS = ("i", "j", "k", "m")
+UNARY = ("exp", "silu", "softplus", "sigmoid")
+
+
+@st.composite
+def random_cascades(draw, max_einsums: int = 6) -> dict[str, Any]:
+    """A random valid cascade as a dict for ``cascade_from_dict``.
+
+    Ranks with small sizes (some equal, so a consumer may index a producer's position with a
+    different rank of the same size: private same-named ranks, RD pairs); Einsums that read 1-3
+    earlier tensors element-wise, as a broadcast, a unary map, an (implicit or explicit) reduction,
+    occasionally through an offset (``i-1``), a halo window (``i+w-1``) or a pinned index, and
+    occasionally a recurrence or a prefix sum.
+    """
+    nranks = draw(st.integers(2, len(RANKS)))
+    ranks = list(RANKS[:nranks])
+    pool = {"na": draw(st.integers(1, 4)), "nb": draw(st.integers(1, 4)), "nw": 2}
+    rank_map = {r: draw(st.sampled_from(["na", "nb"])) for r in ranks}  # one size symbol per pair of ranks
+    rank_map["w"] = "nw"
+    sizes = {r: rank_map[r] for r in ranks}  # compared symbolically, as the parser does
+    params = pool
+    # tensor -> its ranks (as written); inputs read with exactly these ranks
+    known: dict[str, list[str]] = {}
+    for t in range(draw(st.integers(1, 2))):
+        known[f"I{t}"] = draw(st.lists(st.sampled_from(ranks), min_size=1, max_size=3, unique=True))
+    inputs = set(known)
+    einsums: list[str] = []
+    n = draw(st.integers(1, max_einsums))
+    for e in range(n):
+        name = f"T{e}"
+        out = draw(st.lists(st.sampled_from(ranks), min_size=1, max_size=3, unique=True))
+        sources = draw(st.lists(st.sampled_from(sorted(known)), min_size=1, max_size=3))
+        reads = []
+        used: set[str] = set()
+        for src in sources:
+            idx = []
+            for pos_rank in known[src]:
+                if src in inputs:
+                    idx.append(pos_rank)
+                    used.add(pos_rank)
+                    continue
+                same = [r for r in ranks if sizes[r] == sizes[pos_rank]]
+                r = draw(st.sampled_from(same))
+                form = draw(st.sampled_from(["plain"] * 6 + ["offset", "halo", "pinned"]))
+                if form == "offset":
+                    idx.append(f"{r}-1")
+                elif form == "halo":
+                    idx.append(f"{r}+w-1")
+                    used.add("w")
+                elif form == "pinned":
+                    idx.append(f"{rank_map[pos_rank]}-1")
+                    continue
+                else:
+                    idx.append(r)
+                used.add(r)
+            reads.append(f"{src}[{','.join(idx)}]")
+        missing = [r for r in out if r not in used]
+        if missing:  # a broadcast needs some operand indexed by every output rank: add an input
+            inp = f"I{len(inputs)}"
+            known[inp] = missing
+            inputs.add(inp)
+            reads.append(f"{inp}[{','.join(missing)}]")
+        body = " * ".join(reads)
+        form = draw(st.sampled_from(["map"] * 4 + ["unary", "reduce", "recurrence", "cumsum"]))
+        reducible = sorted((used - set(out)) - {"w"})
+        if form == "unary":
+            body = f"{draw(st.sampled_from(UNARY))}({body})"
+        elif form == "reduce" and reducible:
+            body = f"sum_{reducible[0]}({body})"
+        elif form == "cumsum":
+            body = f"cumsum_{out[0]}({body})"
+        elif form == "recurrence":
+            r = draw(st.sampled_from(out))
+            prev = ",".join(f"{x}-1" if x == r else x for x in out)
+            body = f"{body} + 0.5 * {name}[{prev}]"
+        einsums.append(f"{name}[{','.join(out)}] = {body}")
+        known[name] = out
+    used_ranks = {r for text in einsums for r in re.findall(r"[a-z]", text.split("=", 1)[1])} | set(ranks)
+    return {
+        "name": "random",
+        "params": params,
+        "ranks": {r: rank_map[r] for r in [*ranks, "w"] if r in used_ranks},
+        "einsums": einsums,
+    }
