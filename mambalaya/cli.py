@@ -88,6 +88,45 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_map(args: argparse.Namespace) -> int:
+    from mambalaya.arch import load_arch
+    from mambalaya.cost.mapreport import format_map_report
+    from mambalaya.mapper import map_command_result
+
+    cascade = _open(args)
+    arch = load_arch(args.arch)
+    if args.layers < 1:
+        raise MambalayaError(f"--layers must be at least 1, got {args.layers}")
+    result = map_command_result(cascade, arch, args.objective, args.method, args.layers, args.mapping,
+                                args.time_limit)
+    if args.output:
+        from mambalaya.ir.mapping import mapping_from_dict, save_mapping
+
+        save_mapping(mapping_from_dict({"cascade": cascade.name, "arch": arch.name, "groups": result["groups"]}),
+                     args.output)
+    if args.json:
+        _emit_json(result)
+    else:
+        sys.stdout.write(format_map_report(result) + "\n")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from mambalaya.exec.verify import verify_mapping
+
+    cascade = _open(args)
+    result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
+                            dtype=args.dtype, seed=args.seed)
+    if args.json:
+        _emit_json(result)
+    else:
+        status = "ok" if result["ok"] else "MISMATCH"
+        print(f"{status}: max abs error {result['max_abs_err']:.3g} ({args.dtype}); traffic predicted "
+              f"{result['traffic_predicted_bytes']} B, counted {result['traffic_counted_bytes']} B "
+              f"({len(result['groups'])} groups, mapping: {result['mapping_source']})")
+    return EXIT_OK if result["ok"] else EXIT_CHECK_FAILED
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mambalaya.exec.realweights import run_layer
 
@@ -123,6 +162,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mapping", help="draw the fusion groups of this mapping file")
     p.add_argument("-o", "--output", required=True, help="output file: .svg, .pdf or .png")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("map", help="the optimal fused mapping on an architecture, with its cost")
+    _cascade_args(p)
+    p.add_argument("--arch", required=True, help="shipped architecture (imax3, mambalaya, marca, h100, h200) or a spec file")
+    p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
+    p.add_argument("--method", default="ilp", choices=["ilp", "exhaustive"],
+                   help="ilp: OR-Tools CP-SAT (proves optimality); exhaustive: brute force, small cascades")
+    p.add_argument("--layers", type=int, default=1, help="chain N layers so cross-layer fusion is searched")
+    p.add_argument("--mapping", help="evaluate this mapping file instead of optimising")
+    p.add_argument("--time-limit", type=float, help="seconds; the best mapping found so far and its gap")
+    p.add_argument("-o", "--output", help="also write the chosen mapping (YAML or JSON by suffix)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_map)
+
+    p = sub.add_parser("verify", help="run a mapping and the reference; compare numbers and traffic")
+    _cascade_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--arch", help="verify the optimal mapping for this architecture")
+    src.add_argument("--mapping", help="verify this mapping file")
+    p.add_argument("--backend", default="numba", choices=["numba", "triton"])
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="run a Mamba layer on real weights")
     p.add_argument("cascade", nargs="?", default=None,
