@@ -19,6 +19,7 @@ import yaml
 
 from mambalaya.arch.units import parse_quantity
 from mambalaya.errors import ArchError
+from mambalaya.fileio import shipped_dir, shipped_names
 
 __all__ = [
     "ARCH_KINDS",
@@ -60,14 +61,13 @@ ANY = "any"  # a rate that applies to every precision
 
 
 def archs_dir() -> Path:
-    """The repository's ``archs/`` folder, where the shipped specs live."""
-    return Path(__file__).resolve().parents[2] / "archs"
+    """The folder where the shipped specs live (the repo's ``archs/``, or installed package data)."""
+    return shipped_dir("archs")
 
 
 def shipped_archs() -> list[str]:
     """Names of the shipped specs (``h200``, ``imax3``, ...), sorted."""
-    folder = archs_dir()
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return shipped_names("archs")
 
 
 # ----------------------------------------------------------------------------- data
