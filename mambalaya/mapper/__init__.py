@@ -1,0 +1,172 @@
+"""Stage ``mapper``: the exact fusion mapper (DESIGN.md section 6).
+
+``optimal_mapping(cascade, arch)`` enumerates legal candidate groups with their
+best tiling (:mod:`.space`), then picks the exact cover of the Einsums that
+minimises the summed group cost (:mod:`.solver`: CP-SAT by default, exhaustive
+search as the cross-check). ``map_command_result`` is the CLI's ``map --json``.
+
+Objective costs are made integers for CP-SAT at a stated resolution
+(:func:`_resolution`): 1 ps or 1 byte, coarsened only when a cascade is so large
+that the summed integers would pass 2^50; the reported figures are re-evaluated in
+floating point by the cost model, so rounding can only affect ties closer than
+``resolution * groups``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mambalaya.arch import Arch, load_arch
+from mambalaya.cost.model import CostReport, evaluate
+from mambalaya.errors import MappingError
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.chain import chain_layers
+from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
+from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_chain_space, build_space
+
+#: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
+DEFAULT_MAX_SIZE = 24
+#: Cascades up to this many Einsums get every group size.
+UNBOUNDED_UP_TO = 30
+
+
+@dataclass(frozen=True)
+class MapResult:
+    """An optimised mapping, its cost report and what the solver proved."""
+
+    mapping: Mapping
+    report: CostReport
+    optimal: bool  # True only when the solver proved optimality (within the model and candidate space)
+    gap: float  # relative gap between the objective and the proven bound (0 when optimal)
+    solve_s: float  # wall time: space construction plus the solve
+    candidates: int  # legal candidate groups the solver chose among
+    method: str
+    objective: str
+    objective_value: float  # sum of the chosen candidates' costs (s or bytes)
+    resolution: float  # integer unit of the solver's objective (s or bytes)
+    space_s: float = 0.0
+    nodes: int = 0
+    cuts: int = 0
+
+    @property
+    def groups(self) -> list[list[str]]:
+        return self.mapping.group_lists
+
+
+def _resolution(costs: list[float], objective: str, n: int) -> float:
+    base = 1e-12 if objective == "latency" else 1.0
+    top = max(costs, default=0.0) * max(n, 1)
+    return max(base, top / 2**50)
+
+
+def explain_infeasible(space: Space) -> MappingError:
+    """Why no mapping fits: the Einsums no legal, fitting candidate covers, with their smallest need."""
+    covered = {e for c in space.candidates for e in c.einsums}
+    missing = [e for e in space.cascade.einsum_names if e not in covered]
+    cap = space.arch.fusion_buffer_bytes
+    parts = []
+    for e in missing:
+        rej = space.rejected_singletons.get(e)
+        if rej is not None and rej.need_bytes is not None:
+            parts.append(f"Einsum {e} alone needs at least {_fmt(rej.need_bytes)} ({rej.reason}), "
+                         f"{_fmt(rej.need_bytes - cap)} more than the buffer")
+        elif rej is not None:
+            parts.append(f"Einsum {e} cannot be mapped: {rej.reason}")
+        else:
+            parts.append(f"Einsum {e} is in no legal group")
+    return MappingError(f"no mapping fits a {_fmt(cap)} buffer on {space.arch.name}: " + "; ".join(parts))
+
+
+def _fmt(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
+                    time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
+                    max_cross: int = 8) -> MapResult:
+    """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
+
+    ``method``: a registered solver (``ilp``/``cpsat`` default, ``exhaustive``). ``max_size`` caps the
+    Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
+    ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
+    crossing a layer boundary up to ``max_cross`` Einsums). Raises MappingError when nothing fits.
+    """
+    if objective not in OBJECTIVES:
+        raise MappingError(f"unknown objective '{objective}': use one of {', '.join(OBJECTIVES)}")
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    if max_size is None and len(cascade.einsums) > UNBOUNDED_UP_TO:
+        max_size = DEFAULT_MAX_SIZE
+    start = time.perf_counter()
+    if layers > 1:
+        cascade, space = build_chain_space(cascade, layers, arch, objective, max_cross=max_cross)
+    else:
+        space = build_space(cascade, arch, objective, max_size=max_size)
+    space_s = time.perf_counter() - start
+    if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
+        raise explain_infeasible(space)
+    costs = [c.cost(objective) for c in space.candidates]
+    res = _resolution(costs, objective, len(cascade.einsums))
+    problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges),
+                      tuple(c.einsums for c in space.candidates), tuple(round(x / res) for x in costs))
+    remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
+    sol: Solution = solve(problem, method, remaining)
+    solve_s = time.perf_counter() - start
+    chosen: list[Candidate] = [space.candidates[i] for i in schedule(problem, sol.chosen)]
+    mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
+    mapping.validate(cascade)
+    report = evaluate(cascade, arch, mapping, ctx=space.ctx)
+    return MapResult(mapping, report, sol.optimal, sol.gap, solve_s, len(space.candidates), sol.method, objective,
+                     sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts)
+
+
+def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
+                       layers: int = 1, mapping_file: str | Path | None = None,
+                       time_limit_s: float | None = None) -> dict[str, Any]:
+    """The ``mambalaya map --json`` object (DESIGN.md section 8), built on the cost package's report.
+
+    With ``mapping_file`` the file's mapping is evaluated instead of optimised (``optimal`` false).
+    """
+    from mambalaya.cost.mapreport import map_report
+    from mambalaya.ir.mapping import load_mapping
+
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    if mapping_file is not None:
+        if layers > 1:
+            cascade = chain_layers(cascade, layers)
+        mapping = load_mapping(mapping_file).validate(cascade)
+        out = map_report(cascade, arch, mapping, objective=objective, method="file")
+    else:
+        res = optimal_mapping(cascade, arch, objective, method, time_limit_s, layers=layers)
+        cascade = chain_layers(cascade, layers) if layers > 1 else cascade
+        out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
+                         solve_s=res.solve_s, method=res.method)
+        out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution})
+    out["layers"] = layers
+    return out
+
+
+__all__ = [
+    "OBJECTIVES",
+    "SOLVERS",
+    "Candidate",
+    "FusionGroup",
+    "MapResult",
+    "Problem",
+    "Solution",
+    "Space",
+    "build_chain_space",
+    "build_space",
+    "chain_layers",
+    "explain_infeasible",
+    "map_command_result",
+    "optimal_mapping",
+    "register_solver",
+    "solve",
+]

@@ -1,0 +1,342 @@
+"""The mapper's search space: legal candidate groups, each with its best tiling and its cost.
+
+Per-group cost is a function of the group alone (the cost model's traffic rule
+looks only at which Einsums are inside a group, and roofline latency is summed
+over groups), so the mapper costs every candidate once, here, and the solver only
+picks an exact cover. Per candidate the tiling is chosen by a small enumeration
+before the solve, so the solver sees one cost per candidate:
+
+- untiled, when the group's intermediates fit the fusion buffer whole: no operand
+  is ever re-read, so nothing tiled can beat it;
+- else powers of two (and the full extent) for up to two *tileable* ranks (the
+  output ranks every member shares: batch and tokens in a Mamba layer), outermost
+  in the loop order, keeping for each tile of the first rank the largest fitting
+  tile of the second (bigger tiles, fewer re-reads of what does not fit).
+
+Growth is pruned (a group that is illegal, or whose smallest tiling does not fit,
+is not grown; both only get worse as members are added), and a whole model's
+candidates are costed once per *shape*: groups of chained layers that differ only
+by their layer (``X0_L3`` vs ``X0_L7``) have the same cost, so they share one
+evaluation (:func:`_shape_key`).
+
+Extension point, not enabled: recomputation variants (a group re-running a cheap
+element-wise producer instead of reading its off-chip copy) would be extra
+candidates with ``FusionGroup.recompute`` set; they are left out because the cost
+model's write rule for a recomputed tensor depends on *all* its consumers' groups,
+which breaks the per-group additivity the exact cover relies on (it would need
+one extra boolean per skipped write, linked to the consumers' choices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mambalaya.analysis.candidates import EinsumDag, candidate_groups
+from mambalaya.analysis.groups import CandidateGroup
+from mambalaya.arch import Arch
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.legality import plain_loop_order
+from mambalaya.cost.model import evaluate_group
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
+from mambalaya.ir.mapping import FusionGroup
+
+OBJECTIVES = ("latency", "traffic")
+#: Capacities a group's tiling is searched for: the buffer, then the buffer less the smallest operands.
+MAX_TARGETS = 3
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A legal fusion group at its best tiling under the buffer capacity, with its cost."""
+
+    einsums: tuple[str, ...]  # cascade order
+    group: FusionGroup
+    traffic_bytes: int
+    latency_s: float
+    buffer_bytes: int
+
+    def cost(self, objective: str) -> float:
+        return self.latency_s if objective == "latency" else float(self.traffic_bytes)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A group left out of the space, and why (for explaining infeasibility)."""
+
+    einsums: tuple[str, ...]
+    reason: str
+    need_bytes: int | None = None  # smallest buffer need over the tilings tried, when that is the reason
+
+
+@dataclass
+class Space:
+    """All candidates of one cascade on one arch for one objective."""
+
+    cascade: Cascade
+    arch: Arch
+    objective: str
+    candidates: list[Candidate]
+    rejected_singletons: dict[str, Rejected]
+    enumerated: int  # groups looked at (legal or not)
+    evaluations: int  # distinct group shapes costed
+    max_size: int | None
+    ctx: CostContext = field(repr=False, default=None)  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class _Choice:
+    loop_order: tuple[str, ...]
+    tiles: tuple[tuple[str, int], ...]
+    traffic_bytes: int
+    latency_s: float
+    buffer_bytes: int
+
+
+def _tile_options(size: int) -> list[int]:
+    """The full extent, then powers of two below it, largest first."""
+    opts = [size]
+    p = 1 << (size.bit_length() - 1)
+    if p == size:
+        p >>= 1
+    while p >= 1:
+        opts.append(p)
+        p >>= 1
+    return opts
+
+
+class _Coster:
+    """Chooses each group's tiling and costs it, caching by layer-relative shape."""
+
+    def __init__(self, cascade: Cascade, arch: Arch, objective: str, ctx: CostContext | None) -> None:
+        self.cascade, self.arch, self.objective = cascade, arch, objective
+        self.ctx = ctx or CostContext(cascade, arch)
+        self.cap = arch.fusion_buffer_bytes
+        self.layers = int(cascade.meta.get("layers", 1))
+        self.shapes: dict[tuple, _Choice | Rejected] = {}
+        self.evaluations = 0
+
+    def analyse(self, members: tuple[str, ...]) -> CandidateGroup:
+        """The analysis of a group (legality, loop order, buffer need), cached by the cost context."""
+        return self.ctx.analysis.analyze(members)  # type: ignore[return-value]
+
+    def _shape_key(self, members: tuple[str, ...]) -> tuple:
+        """Members relative to their first layer, plus whether the group touches the first or last layer."""
+        split = [split_layer_name(m) for m in members]
+        if self.layers <= 1 or any(k is None for _, k in split):
+            return (members,)
+        ks = [k for _, k in split if k is not None]
+        lo, hi = min(ks), max(ks)
+        return (tuple((b, k - lo) for b, k in split if k is not None), lo == 0, hi == self.layers - 1)
+
+    def choose(self, members: tuple[str, ...]) -> _Choice | Rejected:
+        key = self._shape_key(members)
+        if key not in self.shapes:
+            self.shapes[key] = self._choose(members)
+            self.evaluations += 1
+        return self.shapes[key]
+
+    def _cost(self, members: tuple[str, ...], order: tuple[str, ...], tiles: dict[str, int]) -> _Choice:
+        group = FusionGroup(members, order, tiles)
+        gc = evaluate_group(self.ctx, group)
+        return _Choice(order, tuple(tiles.items()), gc.traffic_bytes, gc.latency_s, self.ctx.group_buffer_bytes(group))
+
+    def _choose(self, members: tuple[str, ...]) -> _Choice | Rejected:
+        cg = self.analyse(members)
+        if not cg.legal:
+            return Rejected(members, "; ".join(cg.reasons))
+        order = plain_loop_order(cg.loop_order)
+        if cg.buffer_full_bytes <= self.cap:
+            return self._cost(members, order, {})
+        if cg.buffer_min_bytes > self.cap:
+            return Rejected(members, _need_words(cg), cg.buffer_min_bytes)
+        size = {r.name: r.size for r in cg.schedule.ranks}
+        tiled = [r.name for r in cg.schedule.ranks if r.tiled and r.size > 1 and r.name in self.cascade.rank_exprs]
+        tiled.sort(key=order.index)
+        need = _Need(cg)
+        options = {tuple(sorted(t.items())) for cap in self._targets(members, cg)
+                   for t in _tilings(need, tiled, size, cap)}
+        if not options:  # only loops a mapping cannot name (primed analysis loops) would have to shrink
+            return Rejected(members, _need_words(cg), need({r: 1 for r in tiled}))
+        best: _Choice | None = None
+        for opt in sorted(options):
+            tiles = {r: t for r, t in opt if t < size[r]}
+            c = self._cost(members, order, tiles)
+            if best is None or _score(c, self.objective) < _score(best, self.objective):
+                best = c
+        assert best is not None
+        return best
+
+    def _targets(self, members: tuple[str, ...], cg: CandidateGroup) -> list[int]:
+        """Capacities to tile for: the buffer, and the buffer less each operand (so that operand stays on chip)."""
+        out = [self.cap]
+        for t in cg.reads:
+            readers = tuple(m for m in members if t in self.ctx.reads(m))
+            if readers:
+                left = self.cap - self.ctx.footprint_bytes(t, readers)
+                if left >= cg.buffer_min_bytes:
+                    out.append(left)
+        return sorted(set(out), reverse=True)[:MAX_TARGETS]
+
+
+class _Need:
+    """A group's buffer need compiled to plain arithmetic (the tiling search evaluates it thousands of times)."""
+
+    def __init__(self, cg: CandidateGroup) -> None:
+        self.terms = []
+        for t in cg.terms:
+            const = t.element_bytes
+            var = []
+            for f in t.factors:
+                if f.tile is None:
+                    const *= f.full_size
+                else:
+                    var.append((f.tile, f.full_size, f.halo_size))
+            self.terms.append((const, tuple(var)))
+
+    def __call__(self, tiles: dict[str, int]) -> int:
+        total = 0
+        for const, var in self.terms:
+            for r, full, halo in var:
+                t = tiles.get(r, full)
+                const *= (t if t < full else full) + halo
+            total += const
+        return total
+
+
+def _largest_fit(need: _Need, tiles: dict[str, int], rank: str, size: int, cap: int) -> int | None:
+    """The largest tile of ``rank`` (full extent or a power of two) fitting ``cap`` with the other tiles fixed."""
+    opts = _tile_options(size)  # descending; need is monotone in the tile
+    lo, hi = 0, len(opts) - 1
+    if need({**tiles, rank: opts[hi]}) > cap:
+        return None
+    while lo < hi:  # first index that fits
+        mid = (lo + hi) // 2
+        if need({**tiles, rank: opts[mid]}) <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return opts[lo]
+
+
+def _tilings(cg: _Need, tiled: list[str], size: dict[str, int], cap: int) -> list[dict[str, int]]:
+    """Tilings that fit ``cap``: shrink inner loops first (their tiles cause no re-reads of outer-indexed
+    operands), and every tile of the outermost loop with the largest fitting tile of the next."""
+    out: list[dict[str, int]] = []
+    tiles = {r: size[r] for r in tiled}
+    for r in reversed(tiled):  # innermost first; the inner ones already shrunk to 1
+        t = _largest_fit(cg, tiles, r, size[r], cap)
+        if t is not None:
+            out.append({**tiles, r: t})
+            break
+        tiles[r] = 1
+    if len(tiled) >= 2:
+        r0, r1 = tiled[0], tiled[1]
+        rest = {r: size[r] for r in tiled[2:]}
+        for t0 in _tile_options(size[r0]):
+            t1 = _largest_fit(cg, {**rest, r0: t0}, r1, size[r1], cap)
+            if t1 is not None:
+                out.append({**rest, r0: t0, r1: t1})
+    return out
+
+
+def _need_words(cg: CandidateGroup) -> str:
+    """What the smallest buffer holds, e.g. 'its recurrence state H[b,d,n]'."""
+    parts = []
+    for t in cg.terms:
+        what = {"state": "recurrence state", "partial": "partial sums", "tile": "tile of"}.get(t.role, t.role)
+        full = [f for f in t.factors if f.tile is None]
+        if t.role == "tile" and not full:
+            continue
+        parts.append(f"{what} {t.tensor}" if t.role == "tile" else f"its {what} {t.tensor}")
+    return ", ".join(parts) or "its tiles"
+
+
+def _score(c: _Choice, objective: str) -> tuple[float, float]:
+    return (c.latency_s, c.traffic_bytes) if objective == "latency" else (c.traffic_bytes, c.latency_s)
+
+
+def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
+                ctx: CostContext | None = None) -> Space:
+    """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost."""
+    coster = _Coster(cascade, arch, objective, ctx)
+    if not arch.can_fuse:
+        max_size = 1
+    kept: dict[tuple[str, ...], _Choice | Rejected] = {}
+
+    def keep(members: tuple[str, ...]) -> bool:
+        kept[members] = coster.choose(members)
+        return isinstance(kept[members], _Choice)
+
+    enumerated = 0
+    for members in candidate_groups(cascade, max_size=max_size, keep=keep, dag=EinsumDag(cascade)):
+        enumerated += 1
+        if members not in kept:  # groups at the size cap are yielded but not offered to keep()
+            kept[members] = coster.choose(members)
+    candidates, rejected = [], {}
+    for members, ch in kept.items():
+        if isinstance(ch, _Choice):
+            group = FusionGroup(members, ch.loop_order, dict(ch.tiles))
+            candidates.append(Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
+        elif len(members) == 1:
+            rejected[members[0]] = ch
+    return Space(cascade, arch, objective, candidates, rejected, enumerated, coster.evaluations, max_size, coster.ctx)
+
+
+def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
+    out = []
+    for m in members:
+        base, k = split_layer_name(m)
+        out.append(layer_name(base, (k or 0) + shift))
+    return tuple(out)
+
+
+def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
+                      max_cross: int = 8, chained: Cascade | None = None) -> tuple[Cascade, Space]:
+    """The space of ``chain_layers(layer, layers)`` in time linear in ``layers``.
+
+    Within-layer groups cost the same in every layer (the traffic rule sees the same roles and
+    consumers), so the one-layer space is built once and copied per layer; groups that cross a
+    layer boundary (out_proj of one layer with the in_proj of the next, the decode adapter) are
+    enumerated once on a two-layer chain, up to ``max_cross`` Einsums, and copied per boundary.
+    Exact over that space: the only groups left out cross a boundary with more than ``max_cross``.
+    """
+    chained = chained or chain_layers(layer, layers)
+    one = build_space(layer, arch, objective)
+    cands: list[Candidate] = []
+    for k in range(layers):
+        for c in one.candidates:
+            names = tuple(layer_name(m, k) for m in c.einsums)
+            g = FusionGroup(names, c.group.loop_order, dict(c.group.tiles))
+            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes))
+    enumerated, evaluations = one.enumerated, one.evaluations
+    rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
+    if layers > 1:
+        two = chain_layers(layer, 2)
+        within = set(layer.einsum_names)
+        coster = _Coster(two, arch, objective, None)
+        kept: dict[tuple[str, ...], _Choice | Rejected] = {}
+
+        def keep(members: tuple[str, ...]) -> bool:
+            kept[members] = coster.choose(members)
+            return isinstance(kept[members], _Choice)
+
+        for members in candidate_groups(two, max_size=max_cross, keep=keep, dag=EinsumDag(two)):
+            enumerated += 1
+            if members not in kept:
+                kept[members] = coster.choose(members)
+        for members, ch in kept.items():
+            layers_of = {split_layer_name(m) for m in members}
+            if len({k for _, k in layers_of}) == 1 and all(b in within for b, _ in layers_of):
+                continue  # within one layer: already in the one-layer space
+            if not isinstance(ch, _Choice):
+                if len(members) == 1:
+                    rejected.update({_rename(members, k)[0]: ch for k in range(layers - 1)})
+                continue
+            for k in range(layers - 1):
+                names = _rename(members, k)
+                g = FusionGroup(names, ch.loop_order, dict(ch.tiles))
+                cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
+        evaluations += coster.evaluations
+    ctx = CostContext(chained, arch)
+    return chained, Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
