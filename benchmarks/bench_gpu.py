@@ -1,0 +1,427 @@
+"""Generated Triton kernels on a GPU: measured time per group and per layer next to the h200 cost model.
+
+    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--budget-s 420] [--mamba-ssm SRC_DIR]
+    python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json --md benchmarks/results/gpu.md
+    TRITON_INTERPRET=1 python benchmarks/bench_gpu.py /tmp/x --dry     # CPU self-test, tiny shapes
+
+Per point (model size, batch, seqlen) it runs, in one process:
+
+* the Mamba-2 layer through the Triton backend with a GPU-shaped fused mapping
+  (:func:`mamba2_gpu_mapping`: in_proj GEMMs, conv+SiLU, dt chain, chunk cumsum,
+  intra-chunk (LM+YD), chunk states (DS+ST), state recurrence over chunks, state
+  output, gate+RMSNorm, out_proj) and, at the first point of each model, the
+  all-unfused mapping; per group the median of CUDA-event timings and the cost
+  model's ``evaluate(cascade, 'h200', mapping)`` latency of that group;
+* the same layer as plain PyTorch ops (the unfused eager path: the
+  ``ssd_minimal_discrete`` algorithm), checked against the generated outputs;
+* the SSD core three ways: generated kernels (ACS .. YO + Y), plain torch, and
+  ``mamba_ssm``'s ``mamba_chunk_scan_combined`` (its Triton kernels), when
+  ``--mamba-ssm`` points at an unpacked mamba_ssm source tree (imported without
+  its CUDA extensions, which the SSD path does not need).
+
+Mamba-1 runs through the generated kernels only (unfused and fused), against the model.
+Results go to OUT_DIR/gpu.json after every point, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MAMBA2_POINTS = [
+    ("mamba2-370m", 1, 4096),
+    ("mamba2-370m", 1, 16384),
+    ("mamba2-370m", 8, 4096),
+    ("mamba2-370m", 1, 65536),
+    ("mamba2-2.7b", 1, 4096),
+    ("mamba2-2.7b", 1, 16384),
+]
+MAMBA1_POINTS = [("mamba-370m", 1, 4096)]
+SSD_GROUPS = ("ACS", "LM", "YD", "CB", "DS", "ST", "S", "YO", "Y")
+
+
+def mamba2_gpu_mapping(cascade: Any) -> Any:
+    """A fused Mamba-2 mapping shaped for a GPU (every group keeps thousands of independent programs)."""
+    from mambalaya.ir.mapping import FusionGroup, Mapping
+
+    groups = [["Z"], ["XBC0"], ["DT0"], ["XBC1", "XBC"], ["DT", "A", "DA", "XDT"], ["ACS"], ["CB"],
+              ["LM", "YD"], ["DS", "ST"], ["S"], ["SF"], ["YO"], ["Y", "YG", "NV", "YN"], ["OUT"], ["CSF"]]
+    return Mapping(tuple(FusionGroup(tuple(g), cascade.einsum(g[0]).ranks) for g in groups), cascade.name).validate(
+        cascade)
+
+
+def mamba1_gpu_mapping(cascade: Any) -> Any:
+    """A fused Mamba-1 mapping: the dt chain, discretisation, scan, readout and gate in one kernel."""
+    from mambalaya.ir.mapping import FusionGroup, Mapping
+
+    groups = [["X0"], ["Z"], ["XC", "X"], ["DTR"], ["BM"], ["CM"],
+              ["DT0", "DT", "A", "DA", "BX", "H", "SY", "Y", "G"], ["OUT"], ["HF"], ["CSF"]]
+    return Mapping(tuple(FusionGroup(tuple(g), cascade.einsum(g[0]).ranks) for g in groups), cascade.name).validate(
+        cascade)
+
+
+def layer_inputs(cascade: Any, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs with weight scales like a trained layer's (so nothing overflows in fp32)."""
+    from mambalaya.exec.reference import random_inputs
+
+    rng = np.random.default_rng(seed)
+    x = {k: v.astype(np.float32) for k, v in random_inputs(cascade, seed).items()}
+    v = cascade.values
+    fan = {"Win": v["d_model"], "Wout": v["D"], "Wx": v["D"], "Wdt": v.get("dt_rank", 1), "Wconv": v["d_conv"]}
+    for name, f in fan.items():
+        if name in x:
+            x[name] = x[name] / np.float32(math.sqrt(f))
+    for name in ("S0", "H0"):  # start from a zero state, as the torch and mamba_ssm paths do
+        if name in x:
+            x[name] = np.zeros_like(x[name])
+    if "Alog" in x:
+        x["Alog"] = np.log(rng.uniform(1, 16, x["Alog"].shape)).astype(np.float32)
+    for name in ("dtb", "bdt"):
+        if name in x:
+            x[name] = np.log(np.expm1(rng.uniform(1e-3, 0.1, x[name].shape))).astype(np.float32)
+    return x
+
+
+# ----------------------------------------------------------------------------- torch paths
+
+
+def _segsum(x: Any) -> Any:
+    import torch
+
+    t = x.size(-1)
+    x = x[..., None].expand(*x.shape, t)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=-1)
+    x = x.masked_fill(~mask, 0)
+    s = torch.cumsum(x, dim=-2)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=0)
+    return s.masked_fill(~mask, -torch.inf)
+
+
+def ssd_torch(x: Any, dt: Any, a: Any, b: Any, c: Any, q: int, dskip: Any) -> Any:
+    """Chunked SSD in plain torch ops (mamba_ssm's ssd_minimal_discrete, padded to a multiple of q)."""
+    import torch
+    import torch.nn.functional as F
+
+    bsz, seqlen, h, p = x.shape
+    g = b.shape[2]
+    b = b.repeat_interleave(h // g, dim=2)
+    c = c.repeat_interleave(h // g, dim=2)
+    pad = (-seqlen) % q
+    xd = F.pad(x * dt[..., None], (0, 0, 0, 0, 0, pad))
+    adt = F.pad(dt * a, (0, 0, 0, pad))
+    b, c = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (b, c))
+    nc = (seqlen + pad) // q
+    xd, b, c = (t.reshape(bsz, nc, q, *t.shape[2:]) for t in (xd, b, c))
+    adt = adt.reshape(bsz, nc, q, h).permute(0, 3, 1, 2)  # b h c q
+    acs = torch.cumsum(adt, dim=-1)
+    lm = torch.exp(_segsum(adt))
+    y_diag = torch.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", c, b, lm, xd)
+    decay = torch.exp(acs[..., -1:] - acs)
+    states = torch.einsum("bclhn,bhcl,bclhp->bchpn", b, decay, xd)
+    states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+    decay_chunk = torch.exp(_segsum(F.pad(acs[..., -1], (1, 0))))
+    states = torch.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)[:, :-1]
+    y_off = torch.einsum("bclhn,bchpn,bhcl->bclhp", c, states, torch.exp(acs))
+    y = (y_diag + y_off).reshape(bsz, nc * q, h, p)[:, :seqlen]
+    return y + dskip[:, None] * x
+
+
+def torch_mamba2(cascade: Any, w: dict[str, Any], ssd: Any) -> tuple[Any, Any]:
+    """The whole Mamba-2 layer as eager torch ops; ``ssd`` computes y from (x, dt, A, B, C, chunk, D)."""
+    import torch
+    import torch.nn.functional as F
+
+    v = cascade.values
+    bsz, seqlen, _ = w["U"].shape
+    d, gn, h, k, q = int(v["D"]), int(v["GN"]), int(v["H"]), int(v["d_conv"]), int(v["chunk"])
+    g, n, p = int(v["ngroups"]), int(v["d_state"]), int(v["headdim"])
+    zxbcdt = w["U"] @ w["Win"].T
+    z, xbc, dt = torch.split(zxbcdt, [d, d + 2 * gn, h], dim=-1)
+    xbc = F.conv1d(xbc.transpose(1, 2), w["Wconv"][:, None, :], w["bconv"], padding=k - 1, groups=d + 2 * gn)
+    xbc = F.silu(xbc[..., :seqlen].transpose(1, 2))
+    x, b, c = torch.split(xbc, [d, gn, gn], dim=-1)
+    dt = torch.clamp(F.softplus(dt + w["dtb"]), float(v["dt_min"]), float(v["dt_max"]))
+    a = -torch.exp(w["Alog"])
+    y = ssd(x.reshape(bsz, seqlen, h, p), dt, a, b.reshape(bsz, seqlen, g, n), c.reshape(bsz, seqlen, g, n), q,
+            w["Dskip"])
+    yg = y.reshape(bsz, seqlen, d) * F.silu(z)
+    yv = yg.reshape(bsz, seqlen, g, d // g)
+    yn = (yv * torch.rsqrt(yv.pow(2).mean(-1, keepdim=True) + float(v["eps"]))).reshape(bsz, seqlen, d) * w["normw"]
+    return yn @ w["Wout"].T, y
+
+
+def load_mamba_ssm(src: str | None) -> Any:
+    """mamba_chunk_scan_combined from an unpacked mamba_ssm source tree, without its CUDA extensions."""
+    if not src:
+        return None
+    root = Path(src)
+    pkg = types.ModuleType("mamba_ssm")
+    pkg.__path__ = [str(root / "mamba_ssm")]  # skip mamba_ssm/__init__.py: it imports the CUDA extensions
+    sys.modules["mamba_ssm"] = pkg
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+    return mamba_chunk_scan_combined
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def _timer(dry: bool):
+    import torch
+
+    def timeit(fn: Any, iters: int = 10, warmup: int = 2) -> float:
+        for _ in range(warmup):
+            fn()
+        if dry:
+            ts = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+            return statistics.median(ts)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        return statistics.median(ts)
+
+    return timeit
+
+
+def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int) -> dict[str, Any]:
+    from mambalaya.cost import evaluate
+    from mambalaya.exec.triton_backend import run_triton
+
+    t0 = time.perf_counter()
+    res = run_triton(cascade, mapping, inputs, "float32", "tf32", repeat=repeat, warmup=2)
+    wall = time.perf_counter() - t0
+    report = evaluate(cascade, "h200", mapping)
+    groups = []
+    for g, pc in zip(res.groups, report.groups, strict=True):
+        groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
+                       "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
+                       "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
+                       "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})
+    return {"mapping": label, "measured_s": res.total_s, "predicted_s": report.latency_s,
+            "traffic_bytes": report.traffic_bytes, "compile_s": res.compile_s, "wall_s": wall,
+            "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
+
+
+def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool) -> None:
+    import torch
+    import triton
+
+    from mambalaya.exec.triton_backend import compare
+    from mambalaya.parse import open_cascade
+
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+    start = time.perf_counter()
+    dev = "cpu" if dry else "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = True  # the torch paths use tf32 like the generated kernels
+    scan_combined = None
+    try:
+        scan_combined = load_mamba_ssm(mamba_ssm_src)
+    except Exception as exc:  # noqa: BLE001 - the comparison is optional; say why it is missing
+        print(f"mamba_ssm not loaded: {type(exc).__name__}: {exc}", flush=True)
+    timeit = _timer(dry)
+    env = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+           "cuda": torch.version.cuda, "gpu": "cpu (interpreter)" if dry else torch.cuda.get_device_name(),
+           "mamba_ssm": bool(scan_combined), "matmul_precision": "tf32", "dtype": "float32"}
+    out: dict[str, Any] = {"env": env, "points": [], "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    points = [(m, b, s) for m, b, s in MAMBA2_POINTS] + list(MAMBA1_POINTS)
+    if quick:
+        points = [points[0], points[1], points[4], points[-1]]
+    if dry:
+        points = [("mamba2-370m", 1, 64), ("mamba-370m", 1, 16)]
+    seen: set[str] = set()
+    for model, batch, seqlen in points:
+        if time.perf_counter() - start > budget_s:
+            print(f"budget reached: skipping {model} b{batch} L{seqlen}", flush=True)
+            continue
+        family = "mamba2" if model.startswith("mamba2") else "mamba1"
+        extra = {"d_model": 64, "headdim": 16, "d_state": 16, "chunk": 16} if dry and family == "mamba2" else {}
+        params = {"batch": batch, "seqlen": seqlen, **extra}
+        cascade = open_cascade(family, model=None if dry else model, params=params)
+        inputs = layer_inputs(cascade)
+        repeat = 3 if dry else (5 if seqlen * batch >= 32768 else 10)
+        point: dict[str, Any] = {"model": model, "batch": batch, "seqlen": seqlen, "runs": []}
+        print(f"== {model} batch {batch} seqlen {seqlen}", flush=True)
+        mapping = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
+        variants = [("fused", mapping)]
+        if model not in seen:
+            from mambalaya.ir.mapping import unfused_mapping
+
+            variants.append(("unfused", unfused_mapping(cascade)))
+            seen.add(model)
+        fused_out = None
+        for label, m in variants:
+            try:
+                run = _generated(cascade, m, inputs, label, repeat)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                print(f"  generated {label}: FAILED {type(exc).__name__}: {exc}", flush=True)
+                point["runs"].append({"mapping": label, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            outputs = run.pop("outputs")
+            fused_out = fused_out or outputs
+            ssd = sum(g["measured_s"] for g in run["groups"] if set(g["einsums"]) & set(SSD_GROUPS))
+            run["ssd_measured_s"] = ssd
+            print(f"  generated {label:8s} {run['measured_s'] * 1e3:9.3f} ms (predicted {run['predicted_s'] * 1e3:8.3f} ms,"
+                  f" compile {run['compile_s']:.1f} s, fallbacks {run['fallbacks']})", flush=True)
+            point["runs"].append(run)
+        if family == "mamba2":
+            w = {k: torch.from_numpy(v).to(dev) for k, v in inputs.items()}
+            with torch.no_grad():
+                try:
+                    t = timeit(lambda: torch_mamba2(cascade, w, ssd_torch), iters=repeat)  # noqa: B023 - called within the iteration
+                    y_out, _ = torch_mamba2(cascade, w, ssd_torch)
+                    err = compare({"OUT": y_out.cpu().numpy()}, {"OUT": fused_out["OUT"]})[1] if fused_out else None
+                    point["torch_layer_s"], point["torch_vs_generated_rel_err"] = t, err
+                    print(f"  torch eager layer {t * 1e3:9.3f} ms (generated vs torch rel err {err})", flush=True)
+                    args = _ssd_args(cascade, w)
+                    point["torch_ssd_s"] = timeit(lambda: ssd_torch(*args), iters=repeat)  # noqa: B023 - called within the iteration
+                    print(f"  torch eager SSD   {point['torch_ssd_s'] * 1e3:9.3f} ms", flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    point["torch_error"] = f"{type(exc).__name__}: {exc}"
+                    print(f"  torch: FAILED {point['torch_error']}", flush=True)
+                if scan_combined is not None:
+                    try:
+                        x, dt, a, b, c, q, dskip = _ssd_args(cascade, w)
+                        fn = lambda: scan_combined(x, dt, a, b, c, q, D=dskip)  # noqa: E731, B023
+                        point["mamba_ssm_ssd_s"] = timeit(fn, iters=repeat)
+                        ref = ssd_torch(x, dt, a, b, c, q, dskip)
+                        point["mamba_ssm_vs_torch_rel_err"] = float((fn() - ref).abs().max() / ref.abs().max())
+                        layer = lambda: torch_mamba2(  # noqa: E731
+                            cascade, w, lambda *s: scan_combined(*s[:6], D=s[6]))  # noqa: B023 - called within the iteration
+                        point["torch_layer_mamba_ssm_s"] = timeit(layer, iters=repeat)
+                        print(f"  mamba_ssm SSD     {point['mamba_ssm_ssd_s'] * 1e3:9.3f} ms; torch layer with it "
+                              f"{point['torch_layer_mamba_ssm_s'] * 1e3:9.3f} ms", flush=True)
+                    except Exception as exc:  # noqa: BLE001
+                        point["mamba_ssm_error"] = f"{type(exc).__name__}: {exc}"
+                        print(f"  mamba_ssm: FAILED {point['mamba_ssm_error']}", flush=True)
+            del w
+        out["points"].append(point)
+        out["elapsed_s"] = time.perf_counter() - start
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "gpu.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+        if not dry:
+            torch.cuda.empty_cache()
+
+
+def _ssd_args(cascade: Any, w: dict[str, Any]) -> tuple:
+    """The SSD core's inputs (x, dt, A, B, C, chunk, D) from the layer's weights, as torch computes them."""
+    import torch
+    import torch.nn.functional as F
+
+    v = cascade.values
+    bsz, seqlen, _ = w["U"].shape
+    d, gn, h, k = int(v["D"]), int(v["GN"]), int(v["H"]), int(v["d_conv"])
+    g, n, p = int(v["ngroups"]), int(v["d_state"]), int(v["headdim"])
+    z_xbc_dt = w["U"] @ w["Win"].T
+    _, xbc, dt = torch.split(z_xbc_dt, [d, d + 2 * gn, h], dim=-1)
+    xbc = F.conv1d(xbc.transpose(1, 2), w["Wconv"][:, None, :], w["bconv"], padding=k - 1, groups=d + 2 * gn)
+    xbc = F.silu(xbc[..., :seqlen].transpose(1, 2))
+    x, b, c = torch.split(xbc, [d, gn, gn], dim=-1)
+    dt = torch.clamp(F.softplus(dt + w["dtb"]), float(v["dt_min"]), float(v["dt_max"]))
+    a = -torch.exp(w["Alog"])
+    return (x.reshape(bsz, seqlen, h, p).contiguous(), dt.contiguous(), a, b.reshape(bsz, seqlen, g, n).contiguous(),
+            c.reshape(bsz, seqlen, g, n).contiguous(), int(v["chunk"]), w["Dskip"])
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}"
+
+
+def table(path: Path) -> str:
+    data = json.loads(path.read_text())
+    env = data["env"]
+    lines = [
+        "# Generated Triton kernels on the GPU vs the h200 cost model",
+        "",
+        f"Measured {data['started']} on {env['gpu']} (torch {env['torch']}, triton {env['triton']}, CUDA "
+        f"{env['cuda']}, Python {env['python']}) with `python benchmarks/bench_gpu.py OUT --mamba-ssm SRC`; "
+        f"table: `python benchmarks/bench_gpu.py --table OUT/gpu.json --md benchmarks/results/gpu.md`. "
+        f"fp32 data, {env['matmul_precision']} matrix products (generated kernels and torch alike); CUDA events; "
+        "warm-up 2, median of 5-10 launches per group. A layer's measured time is the sum of its groups' medians "
+        "(host launch gaps excluded). Predicted: `evaluate(cascade, 'h200', mapping)`.",
+        "",
+        "## Layers",
+        "",
+        "| model | batch | seqlen | generated fused | predicted fused | ratio | generated unfused | predicted unfused "
+        "| ratio | torch eager layer | torch layer + mamba_ssm SSD | SSD: generated fused | SSD: torch | SSD: mamba_ssm |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in data["points"]:
+        runs = {r["mapping"]: r for r in p["runs"] if "error" not in r}
+        f, u = runs.get("fused"), runs.get("unfused")
+
+        def ratio(r: dict | None) -> str:
+            return f"{r['measured_s'] / r['predicted_s']:.2f}" if r else "-"
+
+        lines.append(
+            f"| {p['model']} | {p['batch']} | {p['seqlen']} | {_ms(f and f['measured_s'])} | "
+            f"{_ms(f and f['predicted_s'])} | {ratio(f)} | {_ms(u and u['measured_s'])} | {_ms(u and u['predicted_s'])} "
+            f"| {ratio(u)} | {_ms(p.get('torch_layer_s'))} | {_ms(p.get('torch_layer_mamba_ssm_s'))} | "
+            f"{_ms(f and f.get('ssd_measured_s'))} | {_ms(p.get('torch_ssd_s'))} | {_ms(p.get('mamba_ssm_ssd_s'))} |")
+    lines += ["", "Times in ms. Errors: " + "; ".join(
+        f"{p['model']} b{p['batch']} L{p['seqlen']}: generated vs torch {p.get('torch_vs_generated_rel_err')}"
+        for p in data["points"] if "torch_vs_generated_rel_err" in p) + "."]
+    for p in data["points"][:1] + [q for q in data["points"] if q["model"].startswith("mamba-")][:1]:
+        for r in p["runs"]:
+            if "error" in r:
+                continue
+            lines += ["", f"## Per group: {p['model']} batch {p['batch']} seqlen {p['seqlen']}, {r['mapping']}", "",
+                      "| group | grid (rank/block x blocks) | tl.dot | measured ms | predicted ms | ratio | traffic MB |",
+                      "|---|---|---|---:|---:|---:|---:|"]
+            for g in r["groups"]:
+                grid = " ".join(f"{a}/{b}x{c}" for a, b, c in g["grid"]) or "1"
+                rt = f"{g['measured_s'] / g['predicted_s']:.2f}" if g["predicted_s"] else "-"
+                lines.append(f"| {' '.join(g['einsums'])} | {grid} | {' '.join(g['dot']) or '-'} | "
+                             f"{_ms(g['measured_s'])} | {_ms(g['predicted_s'])} | {rt} | {g['traffic_bytes'] / 1e6:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", type=Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dry", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new points after this long")
+    ap.add_argument("--mamba-ssm", default=None, help="unpacked mamba_ssm source tree (for the SSD comparison)")
+    ap.add_argument("--table", type=Path)
+    ap.add_argument("--md", type=Path)
+    a = ap.parse_args()
+    if a.table:
+        text = table(a.table)
+        if a.md:
+            a.md.write_text(text)
+        print(text)
+        return
+    if a.dry:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The Triton backend against the reference interpreter.
+
+Without a GPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1``, set here before triton
+is imported, on CPU torch tensors) on the shipped cascades' small default shapes: every cascade with the
+unfused mapping, the greedy fused mapping for h200 and the whole cascade as one group. Tests marked
+``gpu`` run the same kernels compiled for a CUDA device and are skipped without one.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from mambalaya.cost import greedy_mapping  # noqa: E402
+from mambalaya.exec.reference import random_inputs, run_reference  # noqa: E402
+from mambalaya.exec.triton_backend import (  # noqa: E402
+    compare,
+    run_triton,
+    triton_available,
+    verify_triton,
+)
+from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping  # noqa: E402
+from mambalaya.parse import open_cascade  # noqa: E402
+
+SHIPPED = ["mlp2", "attention", "mamba1-decode", "mamba2-decode", "mamba1", "mamba2"]
+#: Interpreter-sized shapes (the interpreter runs each program in Python); the defaults run in slow tests.
+SMALL = {
+    "mamba1": {"seqlen": 24, "d_model": 32, "batch": 2},
+    "mamba2": {"seqlen": 40, "chunk": 16, "d_model": 32, "headdim": 16, "batch": 2},
+    "attention": {"seqlen": 32},
+}
+
+
+def _small(name: str):
+    return open_cascade(name, params=SMALL.get(name))
+ON_GPU = torch.cuda.is_available()
+
+if not triton_available()[0]:
+    pytest.skip(f"Triton cannot run here: {triton_available()[1]}", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAMBALAYA_KERNEL_CACHE", str(tmp_path_factory.getbasetemp() / "kernels"))
+    warnings.filterwarnings("ignore", category=RuntimeWarning)  # exp overflow inside silu is expected
+
+
+def _one_group(cascade) -> Mapping:
+    return Mapping((FusionGroup(cascade.einsum_names),), cascade.name)
+
+
+def _check(cascade, mapping: Mapping, dtype: str = "float32", precision: str = "fp32") -> dict:
+    res = verify_triton(cascade, mapping, seed=0, dtype=dtype, matmul_precision=precision)
+    assert res["fallbacks"] == [], res["fallbacks"]
+    assert res["ok"], f"{cascade.name}: rel err {res['max_rel_err']:.3g} > {res['tolerance']} in {res['worst_tensor']}"
+    return res
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_unfused_matches_reference(name: str) -> None:
+    _check(_small(name), unfused_mapping(_small(name)))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_greedy_fused_matches_reference(name: str) -> None:
+    cascade = _small(name)
+    mapping = greedy_mapping(cascade, "h200")
+    assert any(len(g.einsums) > 1 for g in mapping.groups)
+    _check(cascade, mapping)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_whole_cascade_as_one_kernel(name: str) -> None:
+    """The most aggressive fusion: every Einsum in one kernel (phases, inlining, scratch, barriers)."""
+    _check(_small(name), _one_group(_small(name)))
+
+
+@pytest.mark.parametrize("name", ["mamba2", "mamba1-decode"])
+def test_float64_is_exact(name: str) -> None:
+    res = _check(_small(name), _one_group(_small(name)), dtype="float64")
+    assert res["max_rel_err"] < 1e-9
+
+
+def test_seqlen_not_multiple_of_chunk_with_tiles() -> None:
+    """mamba2 with seqlen % chunk != 0 and a mapping tile that does not divide the grid rank."""
+    cascade = open_cascade("mamba2", params={"seqlen": 21, "chunk": 8, "d_model": 32, "headdim": 16})
+    groups = [FusionGroup((n,), cascade.einsum(n).ranks, {"l": 7} if "l" in cascade.einsum(n).out_ranks else {})
+              for n in cascade.einsum_names]
+    _check(cascade, Mapping(tuple(groups), cascade.name))
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_reduced_precision_matmuls(precision: str) -> None:
+    cascade = open_cascade("mlp2")
+    res = _check(cascade, unfused_mapping(cascade), precision=precision)
+    assert any(g["dot"] for g in res["groups"]), "mlp2's GEMMs should use tl.dot"
+
+
+def test_unsupported_group_falls_back_loudly() -> None:
+    """A group the generator cannot lower runs on the labelled fallback path and says why."""
+    cascade = open_cascade("mlp2")
+    mapping = Mapping((FusionGroup(("T",)), FusionGroup(("R", "Y"), recompute=("T",))), cascade.name)
+    inputs = random_inputs(cascade, 1)
+    res = run_triton(cascade, mapping, inputs)
+    assert [i for i, _ in res.fallbacks] == [1]
+    assert "recompute" in res.fallbacks[0][1]
+    assert res.groups[1].backend == "fallback-reference"
+    _, rel, _ = compare(run_reference(cascade, inputs, "float32", keep="outputs"), res.outputs)
+    assert rel < 1e-4
+
+
+def test_generated_source_is_a_cached_file() -> None:
+    cascade = open_cascade("mlp2")
+    res = run_triton(cascade, unfused_mapping(cascade), random_inputs(cascade, 0))
+    assert all(g.backend == "triton" for g in res.groups)
+    assert all(len(g.times_s) == 1 and g.time_s > 0 for g in res.groups)
+    assert res.groups[0].source_path.endswith(".py")
+    assert "@triton.jit" in open(res.groups[0].source_path).read()
+
+
+def test_outputs_are_numpy_with_cascade_shapes() -> None:
+    cascade = open_cascade("mamba2-decode")
+    res = run_triton(cascade, unfused_mapping(cascade), random_inputs(cascade, 0))
+    for name in cascade.outputs():
+        assert isinstance(res.outputs[name], np.ndarray)
+        assert res.outputs[name].shape == cascade.shape(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mamba1", "mamba2", "attention"])
+def test_mapper_mapping_matches_reference(name: str) -> None:
+    """The exact mapper's h200 mapping (tiles of 1 make many programs: slow under the interpreter)."""
+    from mambalaya.mapper import optimal_mapping
+
+    cascade = open_cascade(name)
+    _check(cascade, optimal_mapping(cascade, "h200").mapping)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_default_shapes_match_reference(name: str) -> None:
+    cascade = open_cascade(name)
+    for mapping in (unfused_mapping(cascade), greedy_mapping(cascade, "h200"), _one_group(cascade)):
+        _check(cascade, mapping)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_gpu_kernels_match_reference(name: str, precision: str) -> None:
+    cascade = open_cascade(name)
+    for mapping in (unfused_mapping(cascade), greedy_mapping(cascade, "h200"), _one_group(cascade)):
+        res = verify_triton(cascade, mapping, seed=0, matmul_precision=precision, device="cuda")
+        assert res["ok"] and not res["fallbacks"], res
