@@ -2,7 +2,7 @@
 
 The flow, one stage per subpackage, each importing only earlier ones::
 
-    ir -> parse -> analysis -> arch -> cost -> mapper -> exec -> report
+    ir -> parse -> analysis -> arch -> cost -> mapper -> exec -> study, report
 
 The names below are the Python API; they load their stage on first use, so
 ``import mambalaya`` stays quick (Numba and OR-Tools load only when needed).
@@ -34,10 +34,18 @@ _API = {
     "analyze": "mambalaya.analysis",
     # arch
     "load_arch": "mambalaya.arch",
+    # mapper
+    "optimal_mapping": "mambalaya.mapper",
+    "chain_layers": "mambalaya.ir.chain",
+    # cost
+    "evaluate": "mambalaya.cost",
     # exec
+    "verify_mapping": "mambalaya.exec.verify",
     "run_reference": "mambalaya.exec.reference",
     "random_inputs": "mambalaya.exec.reference",
     "run_layer": "mambalaya.exec.realweights",
+    # study
+    "explore": "mambalaya.study",
     # errors
     "MambalayaError": "mambalaya.errors",
     "CascadeError": "mambalaya.errors",

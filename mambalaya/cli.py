@@ -144,6 +144,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from mambalaya.report.report import check_output_dir, write_report
+
+    check_output_dir(args.output)  # before any solving: a bad folder costs nothing
+    cascade = _open(args)
+    out = write_report(cascade, args.arch, args.output, args.objective)
+    print(f"wrote {out}/report.html and report.md ({', '.join(args.arch)})", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from mambalaya.study import explore
+    from mambalaya.study.output import check_table_path, parse_ranges, plot_sweep, write_table
+
+    check_table_path(args.output)
+    if args.plot and not Path(args.plot).parent.is_dir():
+        raise MambalayaError(f"cannot write {args.plot}: its folder does not exist")
+    cascade = _open(args)
+    df = explore(cascade, args.arch, sweep=parse_ranges(args.set_range, "--set-range"),
+                 arch_overrides=parse_ranges(args.override, "--override"), objective=args.objective,
+                 workers=args.workers, progress=sys.stderr.isatty())
+    write_table(df, args.output)
+    if args.plot:
+        plot_sweep(df, args.plot)
+    bad = int((~df["feasible"]).sum())
+    print(f"wrote {args.output}: {len(df)} design points ({bad} infeasible)", file=sys.stderr)
+    return EXIT_OK
+
+
 # ---- wiring --------------------------------------------------------------
 
 
@@ -197,6 +226,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output .npy")
     p.add_argument("--arch", help="run the fused schedule chosen for this architecture")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="Markdown + self-contained HTML fusion report with figures and mapping.json")
+    _cascade_args(p)
+    p.add_argument("--arch", action="append", required=True,
+                   help="architecture (repeat for a side-by-side comparison)")
+    p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
+    p.add_argument("-o", "--output", required=True, help="output folder (written atomically)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="optimal mapping over a grid of params x arch overrides -> CSV/Parquet")
+    _cascade_args(p)
+    p.add_argument("--arch", action="append", required=True, help="architecture (repeatable)")
+    p.add_argument("--set-range", action="append", metavar="K=V1,V2,...",
+                   help="sweep a cascade param or 'model' over values (repeatable)")
+    p.add_argument("--override", action="append", metavar="K=V1,V2,...",
+                   help="sweep an arch figure, e.g. fusion_buffer_bytes=1MiB,4MiB (repeatable)")
+    p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
+    p.add_argument("--workers", type=int, help="processes (default: all cores)")
+    p.add_argument("-o", "--output", required=True, help="output table: .csv or .parquet")
+    p.add_argument("--plot", help="also plot speedup over the first swept axis (.png/.svg/.pdf)")
+    p.set_defaults(func=cmd_sweep)
     return parser
 
 

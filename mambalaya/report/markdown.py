@@ -1,0 +1,106 @@
+"""``report.md``: the study as GitHub-flavoured Markdown, figures referenced as files beside it."""
+
+from __future__ import annotations
+
+from mambalaya.report.content import (
+    Study,
+    Table,
+    comparison_table,
+    edges_table,
+    einsum_table,
+    einsums_table,
+    groups_table,
+    params_table,
+    ranks_table,
+    tensors_table,
+    totals_table,
+    why,
+)
+
+
+def md_table(t: Table) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    align = [("---:" if t.numeric and t.numeric[i] else "---") for i in range(len(t.columns))]
+    lines = ["| " + " | ".join(cell(c) for c in t.columns) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
+    return "\n".join(lines)
+
+
+def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
+    """The whole report; ``files`` maps each arch to the files written for it (relative paths)."""
+    c = s.cascade
+    archs = ", ".join(a.arch.name for a in s.archs)
+    out = [
+        f"# Fusion report: {c.name} on {archs}",
+        "",
+        f"{c.meta.get('description', '')}. Objective: **{s.objective}**. "
+        f"{len(c.einsums)} Einsums, {len(s.edges)} producer→consumer edges.",
+        "",
+        "## Cascade",
+        "",
+        "### Parameters",
+        "",
+        md_table(params_table(c)),
+        "",
+        "### Ranks",
+        "",
+        md_table(ranks_table(c)),
+        "",
+        "### Einsums",
+        "",
+        md_table(einsums_table(c)),
+        "",
+        "### Tensors",
+        "",
+        md_table(tensors_table(c)),
+        "",
+        "## Fusion classes",
+        "",
+        "RI rank-isomorphic, RSb only the producer has private ranks, RSp only the consumer has, "
+        "RD both have (DESIGN.md section 3).",
+        "",
+        md_table(edges_table(s)),
+        "",
+    ]
+    if len(s.archs) > 1:
+        out += ["## Comparison", "", md_table(comparison_table(s)), "", "![comparison](comparison.png)", ""]
+    for a in s.archs:
+        n = a.arch.name
+        out += [
+            f"## {n}",
+            "",
+            f"{a.arch.description}".strip(),
+            "",
+            "### Why this mapping",
+            "",
+            *[f"- {line}" for line in why(s, a)],
+            "",
+            "### Fusion groups",
+            "",
+            md_table(groups_table(s, a)),
+            "",
+            "### Totals against unfused",
+            "",
+            md_table(totals_table(a)),
+            "",
+            "### Per Einsum",
+            "",
+            md_table(einsum_table(a)),
+            "",
+            f"### Figures ({n})",
+            "",
+            f"![{n} cascade with fusion groups]({n}/cascade.svg)",
+            "",
+            f"![{n} roofline]({n}/roofline.png)",
+            "",
+            f"![{n} utilisation over time]({n}/utilisation.png)",
+            "",
+            "Files: " + ", ".join(f"[{f}]({f})" for f in files[n]),
+            "",
+        ]
+    return "\n".join(out)
+
+
+__all__ = ["md_table", "render_markdown"]
