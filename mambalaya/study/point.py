@@ -11,8 +11,8 @@ from typing import Any
 
 from mambalaya.cost.model import evaluate
 from mambalaya.errors import MambalayaError
-from mambalaya.study.grid import Point
 from mambalaya.mapper import optimal_mapping
+from mambalaya.study.grid import Point
 
 #: Result columns, after a point's label columns (cascade, swept params, arch, overrides).
 COLUMNS = (

@@ -19,10 +19,10 @@ import pandas as pd
 
 from mambalaya.arch import Arch
 from mambalaya.errors import MambalayaError
-from mambalaya.study.grid import Point, build_grid
-from mambalaya.study.point import COLUMNS, evaluate_chunk
 from mambalaya.ir.cascade import Cascade
 from mambalaya.mapper import OBJECTIVES
+from mambalaya.study.grid import Point, build_grid
+from mambalaya.study.point import COLUMNS, evaluate_chunk
 
 #: Sweeps of fewer points run in this process (a pool's start-up would cost more than it saves).
 SERIAL_BELOW = 8

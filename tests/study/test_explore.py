@@ -12,10 +12,10 @@ from mambalaya.arch import load_arch
 from mambalaya.cli import main
 from mambalaya.cost import evaluate
 from mambalaya.errors import MambalayaError
-from mambalaya.study import explore
-from mambalaya.study.output import parse_ranges
 from mambalaya.mapper import optimal_mapping
 from mambalaya.parse import open_cascade
+from mambalaya.study import explore
+from mambalaya.study.output import parse_ranges
 
 SWEEP = {"M": [32, 64, 128, 256, 512], "N": [16, 32, 64, 128, 256]}
 OVERRIDES = {"fusion_buffer_bytes": ["1 KiB", "64 KiB"], "offchip_bandwidth": [1e11, 1e12]}
