@@ -46,7 +46,7 @@ from mambalaya.ir.expr import (
     multiplicative_factors,
     walk,
 )
-from mambalaya.ir.mapping import FusionGroup
+from mambalaya.ir.mapping import FusionGroup, Mapping
 
 #: Work (elements x inner trip count) above which a loop nest gets ``prange``.
 PARALLEL_WORK = 1 << 18
@@ -124,6 +124,8 @@ class _Ctx:
     counter: itertools.count = field(default_factory=itertools.count)
     self_rec: tuple[str, str] | None = None  # (tensor, out array) of the recurrence being emitted
     inline: frozenset[str] = frozenset()  # on-chip point-wise tensors recomputed at each read
+    bounds: dict[str, tuple[str, str]] = field(default_factory=dict)  # tiled rank -> (lo, hi) of this tile
+    marks: dict[str, tuple[str, int]] = field(default_factory=dict)  # boundary tensor -> (bitmap, counter slot)
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
@@ -378,9 +380,22 @@ def _rv(ranks: tuple[str, ...] | list[str]) -> dict[str, str]:
     return {r: f"i_{r}" for r in ranks}
 
 
-def _loop(ctx: _Ctx, depth: int, rank: str, size: int, par: bool) -> int:
-    ctx.emit(depth, f"for i_{rank} in {'prange' if par else 'range'}({size}):")
+def _loop(ctx: _Ctx, depth: int, rank: str, size: int, par: bool, tiled: bool = False) -> int:
+    """A loop over a rank: the current tile's range when ``tiled`` and the rank is a tiled loop."""
+    rng = f"{ctx.bounds[rank][0]}, {ctx.bounds[rank][1]}" if tiled and rank in ctx.bounds else str(size)
+    ctx.emit(depth, f"for i_{rank} in {'prange' if par else 'range'}({rng}):")
     return depth + 1
+
+
+def _extent(ctx: _Ctx, rank: str, tiled: bool) -> str:
+    if tiled and rank in ctx.bounds:
+        lo, hi = ctx.bounds[rank]
+        return f"({hi} - {lo})"
+    return str(ctx.cascade.rank_sizes[rank])
+
+
+def _offset(ctx: _Ctx, rank: str, tiled: bool) -> str:
+    return f"(i_{rank} - {ctx.bounds[rank][0]})" if tiled and rank in ctx.bounds else f"i_{rank}"
 
 
 def _out_order(e: Einsum, order: tuple[str, ...]) -> list[str]:
@@ -401,8 +416,10 @@ def _work(c: Cascade, e: Einsum) -> int:
     return math.prod(c.rank_sizes[r] for r in e.ranks)
 
 
-def _emit_pointwise(ctx: _Ctx, e: Einsum, out: str, order: tuple[str, ...], depth: int, terms: list) -> None:
-    """Point-wise nest: one scalar per output element, summed ranks as inner loops."""
+def _emit_pointwise(
+    ctx: _Ctx, e: Einsum, out: str, order: tuple[str, ...], depth: int, terms: list, accumulate: bool = False
+) -> None:
+    """Point-wise nest: one scalar per output element (of this tile), summed ranks as inner loops."""
     c = ctx.cascade
     ranks = _out_order(e, order)
     rec = e.recurrence
@@ -412,14 +429,15 @@ def _emit_pointwise(ctx: _Ctx, e: Einsum, out: str, order: tuple[str, ...], dept
         ctx.self_rec = (e.name, out)
     par = _pick_parallel(ctx, ranks, _work(c, e), rec.rank if rec else None)
     for r in ranks:
-        depth = _loop(ctx, depth, r, c.rank_sizes[r], r == par)
+        depth = _loop(ctx, depth, r, c.rank_sizes[r], r == par, tiled=True)
     rv = _rv(e.ranks)
     mask_ranks = {r for cmp in e.where for r in cmp.ranks()}
     outer_mask = bool(e.where) and mask_ranks <= set(e.out_ranks)
     store = f"{out}[{', '.join(rv[r] for r in e.out_ranks)}]"
     if outer_mask:
         ctx.emit(depth, f"if not ({_mask_code(e, rv, c.values)}):")
-        ctx.emit(depth + 1, f"{store} = 0.0")
+        if not accumulate:
+            ctx.emit(depth + 1, f"{store} = 0.0")
         ctx.emit(depth + 1, "continue")
     total = ctx.tmp("tot")
     ctx.emit(depth, f"{total} = 0.0")
@@ -441,7 +459,7 @@ def _emit_pointwise(ctx: _Ctx, e: Einsum, out: str, order: tuple[str, ...], dept
         val = _node(ctx, term, rv, d)
         ctx.emit(d, f"{acc} += {val}")
         ctx.emit(depth, f"{total} {op} {acc}")
-    ctx.emit(depth, f"{store} = {total}")
+    ctx.emit(depth, f"{store} {'+=' if accumulate else '='} {total}")
     ctx.self_rec = None
 
 
@@ -487,43 +505,48 @@ def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Ge
     return best
 
 
-def _flat(ranks: tuple[str, ...], sizes: dict[str, int]) -> str:
+def _flat(ctx: _Ctx, ranks: tuple[str, ...], tiled: bool) -> str:
+    """Row-major flat index of ``ranks`` within this tile's extents."""
     if not ranks:
         return "0"
-    code = f"i_{ranks[0]}"
+    code = _offset(ctx, ranks[0], tiled)
     for r in ranks[1:]:
-        code = f"({code} * {sizes[r]} + i_{r})"
+        code = f"({code} * {_extent(ctx, r, tiled)} + {_offset(ctx, r, tiled)})"
     return code
 
 
 def _emit_gemm(ctx: _Ctx, e: Einsum, out: str, depth: int, sign: int, plan: _Gemm) -> None:
-    """Gather both operand groups into contiguous matrices per batch point, np.dot, scatter-add."""
-    c = ctx.cascade
-    size = c.rank_sizes
-    ms, ns, ks = (math.prod(size[r] for r in g) for g in (plan.m, plan.n, plan.k))
-    nbatch = math.prod(size[r] for r in plan.batch)
+    """Gather both operand groups of this tile into contiguous matrices per batch point, np.dot, scatter-add."""
+    size = ctx.cascade.rank_sizes
+    ms = " * ".join(_extent(ctx, r, True) for r in plan.m) or "1"
+    ns = " * ".join(_extent(ctx, r, True) for r in plan.n) or "1"
+    ks = " * ".join(_extent(ctx, r, False) for r in plan.k) or "1"
     # no prange around np.dot: BLAS threads itself, and OpenBLAS inside an OpenMP loop misbehaves
-    par, batch = None, plan.batch
-    del nbatch
-    for r in batch:
-        depth = _loop(ctx, depth, r, size[r], r == par)
+    for r in plan.batch:
+        depth = _loop(ctx, depth, r, size[r], False, tiled=True)
     rv = _rv(e.ranks)
     ga, gb, gc = ctx.tmp("ga"), ctx.tmp("gb"), ctx.tmp("gc")
     ctx.emit(depth, f"{ga} = np.empty(({ms}, {ks}), dtype={out}.dtype)")
     ctx.emit(depth, f"{gb} = np.empty(({ks}, {ns}), dtype={out}.dtype)")
-    for mat, ranks_outer, ranks_inner, factors in ((ga, plan.m, plan.k, plan.a), (gb, plan.k, plan.n, plan.b)):
+    for mat, ranks_outer, ranks_inner, factors, t_out, t_in in (
+        (ga, plan.m, plan.k, plan.a, True, False),
+        (gb, plan.k, plan.n, plan.b, False, True),
+    ):
         d = depth
-        for r in (*ranks_outer, *ranks_inner):
-            d = _loop(ctx, d, r, size[r], False)
+        for r in ranks_outer:
+            d = _loop(ctx, d, r, size[r], False, tiled=t_out)
+        for r in ranks_inner:
+            d = _loop(ctx, d, r, size[r], False, tiled=t_in)
         vals = [_node(ctx, f, rv, d) for f in factors]
-        ctx.emit(d, f"{mat}[{_flat(ranks_outer, size)}, {_flat(ranks_inner, size)}] = {' * '.join(vals)}")
+        ctx.emit(d, f"{mat}[{_flat(ctx, ranks_outer, t_out)}, {_flat(ctx, ranks_inner, t_in)}] = "
+                    f"{' * '.join(vals)}")
     ctx.emit(depth, f"{gc} = np.dot({ga}, {gb})")
     d = depth
     for r in (*plan.m, *plan.n):
-        d = _loop(ctx, d, r, size[r], False)
+        d = _loop(ctx, d, r, size[r], False, tiled=True)
     op = "+=" if sign > 0 else "-="
-    ctx.emit(d, f"{out}[{', '.join(rv[r] for r in e.out_ranks)}] {op} {gc}[{_flat(plan.m, size)}, "
-                f"{_flat(plan.n, size)}]")
+    ctx.emit(d, f"{out}[{', '.join(rv[r] for r in e.out_ranks)}] {op} {gc}[{_flat(ctx, plan.m, True)}, "
+                f"{_flat(ctx, plan.n, True)}]")
 
 
 def emit_einsum(ctx: _Ctx, e: Einsum, order: tuple[str, ...], depth: int) -> None:
@@ -536,17 +559,85 @@ def emit_einsum(ctx: _Ctx, e: Einsum, order: tuple[str, ...], depth: int) -> Non
     if not any(plans):
         _emit_pointwise(ctx, e, out, order, depth, terms)
         return
-    ctx.emit(depth, f"{out}.fill(0.0)")
+    d = depth  # zero this tile of the output, then accumulate the GEMM terms and the rest
+    for r in e.out_ranks:
+        d = _loop(ctx, d, r, c.rank_sizes[r], False, tiled=True)
+    ctx.emit(d, f"{out}[{', '.join(f'i_{r}' for r in e.out_ranks)}] = 0.0")
     rest = [t for t, p in zip(terms, plans, strict=True) if p is None]
     for (sign, _, _), plan in zip(terms, plans, strict=True):
         if plan is not None:
             _emit_gemm(ctx, e, out, depth, sign, plan)
     if rest:
-        # the remaining terms: add them point-wise on top of the GEMM results
-        tmp = ctx.tmp("rest")
-        ctx.emit(depth, f"{tmp} = np.empty_like({out})")
-        _emit_pointwise(ctx, e, tmp, order, depth, rest)
-        ctx.emit(depth, f"{out} += {tmp}")
+        _emit_pointwise(ctx, e, out, order, depth, rest, accumulate=True)
+
+
+# ---- traffic marks ----------------------------------------------------
+
+
+def _mark(ctx: _Ctx, depth: int, bitmap: str, slot: int, idx: list[str]) -> None:
+    """Count an element the first time this pass moves it (a per-pass touched bitmap)."""
+    cell = f"{bitmap}[{', '.join(idx) or '()'}]"
+    ctx.emit(depth, f"if {cell} == 0:")
+    ctx.emit(depth + 1, f"{cell} = 1")
+    ctx.emit(depth + 1, f"tc[{slot}] += 1")
+
+
+def _emit_load_marks(ctx: _Ctx, e: Einsum, depth: int) -> None:
+    """The loads of this tile: every in-range element ``e``'s reads of boundary tensors touch.
+
+    The region is enumerated over the ranks indexing each access (the tile's range for ``e``'s
+    tiled output ranks, the full extent otherwise), whatever ``where`` masks later skip, like a
+    DMA of the tile's operands; a read one step before a recurrence's start loads its initial state.
+    """
+    c = ctx.cascade
+    for acc in accesses(e.expr):
+        if acc.tensor == e.name:
+            continue
+        prod = c._by_name.get(acc.tensor)
+        rec = prod.recurrence if prod is not None and prod.recurrence is not None else None
+        init = rec.init if rec is not None and rec.init and not acc.indices[rec.position].is_Symbol else None
+        own = ctx.marks.get(acc.tensor)
+        via = ctx.marks.get(init) if init else None
+        if own is None and via is None:
+            continue
+        shape = c.shape(acc.tensor)
+        ranks = [r for r in e.ranks if r in acc.ranks()]
+        d = depth
+        for r in ranks:
+            d = _loop(ctx, d, r, c.rank_sizes[r], False, tiled=r in e.out_ranks)
+        rv = _rv(ranks)
+        idx = []
+        for ix in acc.indices:
+            var = ctx.tmp("j")
+            ctx.emit(d, f"{var} = {_int_index(ix, rv, c.values, acc.tensor)}")
+            idx.append(var)
+        inside = " and ".join(f"0 <= {v} < {n}" for v, n in zip(idx, shape, strict=True)) or "True"
+        if own is not None:
+            ctx.emit(d, f"if {inside}:")
+            _mark(ctx, d + 1, own[0], own[1], idx)
+        if via is not None and rec is not None:
+            pos = rec.position
+            cond = [f"{idx[pos]} == -1"] + [f"0 <= {v} < {n}" for p, (v, n) in enumerate(zip(idx, shape,
+                                                                                          strict=True)) if p != pos]
+            ctx.emit(d, f"if {' and '.join(cond)}:")
+            _mark(ctx, d + 1, via[0], via[1], [v for p, v in enumerate(idx) if p != pos])
+    rec = e.recurrence
+    if rec is not None and rec.init and rec.init in ctx.marks:  # the state a recurrence starts from
+        d = depth
+        rest = [r for p, r in enumerate(e.out_ranks) if p != rec.position]
+        for r in rest:
+            d = _loop(ctx, d, r, c.rank_sizes[r], False, tiled=True)
+        bitmap, slot = ctx.marks[rec.init]
+        _mark(ctx, d, bitmap, slot, [f"i_{r}" for r in rest])
+
+
+def _emit_store_marks(ctx: _Ctx, e: Einsum, depth: int) -> None:
+    """The stores of this tile of ``e``'s output (an element written back once, however often recomputed)."""
+    bitmap, slot = ctx.marks[e.name]
+    d = depth
+    for r in e.out_ranks:
+        d = _loop(ctx, d, r, ctx.cascade.rank_sizes[r], False, tiled=True)
+    _mark(ctx, d, bitmap, slot, [f"i_{r}" for r in e.out_ranks])
 
 
 # ---- one group ---------------------------------------------------------
@@ -560,23 +651,32 @@ class GroupPlan:
     einsums: tuple[str, ...]
     reads: tuple[str, ...]  # boundary tensors read: inputs, weights, initial states, earlier groups' tensors
     writes: tuple[str, ...]  # produced tensors that leave the group (cascade outputs or read by other groups)
-    local: tuple[str, ...]  # produced tensors that stay on chip
+    local: tuple[str, ...]  # produced tensors that stay on chip (recomputed ones included)
     #: initial states a consumer reads as index -1 of a recurrence tensor produced elsewhere (YO reads S0 at
-    #: c = 0 through S[b,c-1,...]): passed to the kernel but not counted, because the cost model's operand
-    #: list (``Einsum.reads``) treats them as the padding of that tensor
+    #: c = 0 through S[b,c-1,...])
     aux: tuple[str, ...] = ()
+    #: every Einsum the kernel runs, in cascade order: the group's and those it recomputes
+    members: tuple[str, ...] = ()
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return (*self.reads, *self.writes, *self.aux)
 
 
-def plan_group(cascade: Cascade, groups: list[tuple[str, ...]], gi: int) -> GroupPlan:
+def plan_group(cascade: Cascade, groups: list[tuple[str, ...]], gi: int, mapping: Mapping | None = None) -> GroupPlan:
+    """Which tensors group ``gi`` loads, stores and keeps on chip (``mapping`` supplies ``recompute``)."""
     names = groups[gi]
-    produced = set(names)
+    recompute = tuple(mapping.groups[gi].recompute) if mapping is not None else ()
+    order = {n: i for i, n in enumerate(cascade.einsum_names)}
+    members = tuple(sorted({*names, *recompute}, key=order.__getitem__))
+    produced = set(members)
     reads: list[str] = []
-    for n in names:
+    for n in members:
         for t in cascade.einsum(n).reads:
             if t not in produced and t not in reads:
                 reads.append(t)
     aux: list[str] = []
-    for n in names:
+    for n in members:
         for acc in accesses(cascade.einsum(n).expr):
             prod = cascade._by_name.get(acc.tensor)
             if prod is None or acc.tensor in produced or prod.recurrence is None or not prod.recurrence.init:
@@ -585,44 +685,76 @@ def plan_group(cascade: Cascade, groups: list[tuple[str, ...]], gi: int) -> Grou
             if not acc.indices[prod.recurrence.position].is_Symbol and init not in reads and init not in aux:
                 aux.append(init)
     outputs = set(cascade.outputs())
+    group_of = {n: i for i, g in enumerate(groups) for n in g}
     writes, local = [], []
-    for n in names:
-        outside = any(cons not in produced for cons in cascade.consumers(n))
-        (writes if n in outputs or outside else local).append(n)
-    return GroupPlan(gi, tuple(names), tuple(reads), tuple(writes), tuple(local), tuple(aux))
+    for n in members:
+        outside = {group_of[cons] for cons in cascade.consumers(n) if cons not in names}
+        recomputed_by_all = mapping is not None and bool(outside) and all(
+            n in mapping.groups[g].recompute for g in outside)
+        leaves = n in outputs or (bool(outside) and not recomputed_by_all)
+        (writes if n in names and leaves else local).append(n)
+    return GroupPlan(gi, tuple(names), tuple(reads), tuple(writes), tuple(local), tuple(aux), members)
+
+
+def tiled_loops(cascade: Cascade, group: FusionGroup) -> tuple[tuple[str, int], ...]:
+    """(rank, tile) of the group's tile loops, outer to inner: loop-order ranks tiled below their extent."""
+    order = list(group.loop_order) + [r for r in group.tiles if r not in group.loop_order]
+    return tuple((r, group.tiles[r]) for r in order
+                 if r in group.tiles and 0 < group.tiles[r] < cascade.rank_size(r))
 
 
 def group_source(cascade: Cascade, group: FusionGroup, plan: GroupPlan, dtype: str) -> str:
-    """The Python source of the kernel of one fusion group (module text, one ``kernel``)."""
-    if any(r in group.tiles and group.tiles[r] < cascade.rank_sizes[r] for r in cascade.rank_sizes):
-        tiled = sorted(r for r, t in group.tiles.items() if t < cascade.rank_sizes[r])
-        raise MambalayaError(
-            f"group {plan.index} ({', '.join(plan.einsums)}): tiled ranks {', '.join(tiled)} are not supported "
-            f"by the fused executor yet (only untiled groups, whose on-chip buffers span the full extent)"
-        )
-    params = [*plan.reads, *plan.writes, *plan.aux]
+    """The Python source of the kernel of one fusion group (module text, one ``kernel``).
+
+    ``kernel(*params, *bitmaps, clr, tc, count)``: the tile loops follow the group's loop order;
+    inside the innermost, every member Einsum (cascade order) computes its output over the tile
+    of each tiled rank it iterates and the full extent of the others (an Einsum without a tiled
+    rank is recomputed per tile of it, as the loop nest re-runs it; on-chip buffers hold the
+    whole tensor, so halos and recurrence states carry across tiles). With ``count``, each Einsum
+    first marks the tile's loads, and after it its stores, in per-parameter bitmaps; the bitmap
+    of parameter ``i`` is cleared at the top of tile loop ``clr[i]`` (a new pass over a tensor
+    that does not stay on chip; -1: never).
+    """
+    params = plan.params
     arrays = {t: f"a{i}" for i, t in enumerate(params)}
     for t in plan.local:
         arrays[t] = f"buf_{t}"
-    # element-wise producers whose every reader is in the group are fused into their readers (no buffer)
     inline = frozenset(t for t in plan.local if inlinable(cascade.einsum(t)))
     ctx = _Ctx(cascade, arrays, inline=inline)
+    nr = len(plan.reads)
+    for i, t in enumerate(params):
+        write = nr <= i < nr + len(plan.writes)
+        ctx.marks[t] = (f"m{i}", 2 * i + 1 if write else 2 * i)
+    loops = tiled_loops(cascade, group)
     ctx.emit(0, f"# group {plan.index}: {', '.join(plan.einsums)}")
     ctx.emit(0, '@njit(cache=True, error_model="numpy", parallel=PARALLEL)')
-    ctx.emit(0, f"def kernel({', '.join(arrays[t] for t in params)}, tc):")
-    # traffic: each boundary input is loaded whole once (the group is one tile), each exported
-    # tensor stored once; slot 2*i counts reads of params[i], slot 2*i+1 its writes (elements)
-    for i, t in enumerate(plan.reads):
-        ctx.emit(1, f"tc[{2 * i}] += {cascade.size(t)}  # load {t}")
+    sig = [arrays[t] for t in params] + [f"m{i}" for i in range(len(params))]
+    ctx.emit(0, f"def kernel({', '.join(sig)}, clr, tc, count):")
     for t in plan.local:
         if t not in inline:
             ctx.emit(1, f"{arrays[t]} = np.empty({cascade.shape(t)}, dtype=np.{dtype})")
-    for n in plan.einsums:
-        if n in inline:
-            continue
-        emit_einsum(ctx, cascade.einsum(n), group.loop_order, 1)
-    for i, t in enumerate(plan.writes, start=len(plan.reads)):
-        ctx.emit(1, f"tc[{2 * i + 1}] += {cascade.size(t)}  # store {t}")
+    depth = 1
+    for level, (r, tile) in enumerate(loops):
+        size = cascade.rank_size(r)
+        ctx.emit(depth, f"for tt_{r} in range({-(-size // tile)}):")
+        depth += 1
+        ctx.emit(depth, f"lo_{r} = tt_{r} * {tile}")
+        ctx.emit(depth, f"hi_{r} = min(lo_{r} + {tile}, {size})")
+        ctx.bounds[r] = (f"lo_{r}", f"hi_{r}")
+        ctx.emit(depth, "if count:")
+        for i in range(len(params)):
+            ctx.emit(depth + 1, f"if clr[{i}] == {level}:")
+            ctx.emit(depth + 2, f"m{i}.fill(0)")
+    for n in plan.members:
+        e = cascade.einsum(n)
+        ctx.emit(depth, "if count:")
+        ctx.lines.append("    " * (depth + 1) + "pass")
+        _emit_load_marks(ctx, e, depth + 1)
+        if n not in inline:
+            emit_einsum(ctx, e, group.loop_order, depth)
+        if n in plan.writes:
+            ctx.emit(depth, "if count:")
+            _emit_store_marks(ctx, e, depth + 1)
     ctx.emit(1, "return 0")
     body = "\n".join(ctx.lines) + "\n"
     parallel = "prange(" in body

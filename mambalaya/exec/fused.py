@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import MambalayaError
-from mambalaya.exec.codegen import GroupPlan, group_source, plan_group
+from mambalaya.exec.codegen import GroupPlan, group_source, plan_group, tiled_loops
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.exec.traffic_counter import counted_bytes, new_counter
 from mambalaya.fileio import write_atomic
@@ -86,17 +86,12 @@ def _load_module(source: str) -> Any:
 def group_kernel(cascade: Cascade, mapping: Mapping, gi: int, dtype: str) -> tuple[GroupPlan, Any, str]:
     """The (plan, compiled-on-first-call kernel, source) of group ``gi``; generated once per process."""
     group = mapping.groups[gi]
-    if group.recompute:
-        raise MambalayaError(
-            f"group {gi} ({', '.join(group.einsums)}): recomputing {', '.join(group.recompute)} is not "
-            f"supported by the fused executor yet"
-        )
     key = (_fingerprint(cascade), _group_key(mapping, gi), dtype)
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit[0], hit[1], ""
     order = [tuple(g.einsums) for g in mapping.groups]
-    plan = plan_group(cascade, order, gi)
+    plan = plan_group(cascade, order, gi, mapping)
     source = group_source(cascade, group, plan, dtype)
     kernel = _load_module(source).kernel
     _KERNELS[key] = (plan, kernel)
@@ -105,7 +100,8 @@ def group_kernel(cascade: Cascade, mapping: Mapping, gi: int, dtype: str) -> tup
 
 def _group_key(mapping: Mapping, gi: int) -> tuple:
     g: FusionGroup = mapping.groups[gi]
-    others = tuple(tuple(x.einsums) for x in mapping.groups)  # who reads a tensor outside decides its store
+    # who reads a tensor outside, and whether it recomputes it, decides its store
+    others = tuple((tuple(x.einsums), tuple(x.recompute)) for x in mapping.groups)
     return (tuple(g.einsums), tuple(g.loop_order), tuple(sorted(g.tiles.items())), tuple(g.recompute), others)
 
 
@@ -126,18 +122,64 @@ def _prepare_inputs(cascade: Cascade, inputs: dict[str, np.ndarray], dtype: np.d
     return env
 
 
+def clear_levels(
+    cascade: Cascade,
+    group: FusionGroup,
+    plan: GroupPlan,
+    buffer_bytes: int | None,
+    weights_resident: bool = False,
+) -> np.ndarray:
+    """Per kernel parameter, the tile loop at whose every iteration its loads start a new pass (-1: never).
+
+    The residency policy shared with the cost model (:mod:`mambalaya.cost.traffic`): a boundary
+    input stays on chip for the whole group (one pass) when its footprint plus the group's buffer
+    need (from the analysis) fits ``buffer_bytes``; otherwise it is re-loaded at each iteration of
+    the tile loops outside the first loop-order rank that indexes it. Weights on a
+    ``weights_resident`` arch stay on chip across groups. The bytes themselves are counted by the kernel.
+    """
+    from mambalaya.cost.context import CostContext  # footprint and buffer need: the shared policy inputs
+
+    loops = [r for r, _ in tiled_loops(cascade, group)]
+    out = np.full(len(plan.params), -1, dtype=np.int64)
+    if not loops:
+        return out
+    ctx = CostContext(cascade, None)  # type: ignore[arg-type]  # footprints and buffers need no arch
+    need = ctx.group_buffer_bytes(group)
+    for i, t in enumerate(plan.params):
+        if t in plan.writes:
+            continue
+        readers = tuple(e for e in plan.members if t in ctx.reads(e))
+        if not readers:
+            continue
+        if weights_resident and cascade.tensors[t].role == "weight":
+            continue
+        if buffer_bytes is None or ctx.footprint_bytes(t, readers) + need <= buffer_bytes:
+            continue
+        ranks = frozenset().union(*(ctx.reads(e)[t].ranks for e in readers))
+        level = -1
+        for r in group.loop_order:
+            if r in ranks:
+                break
+            if r in loops:
+                level = loops.index(r)
+        out[i] = level
+    return out
+
+
 def run_fused(
     cascade: Cascade,
     mapping: Mapping,
     inputs: dict[str, np.ndarray],
     dtype: str = "float64",
     buffer_bytes: int | None = None,
+    weights_resident: bool = False,
+    count: bool = True,
 ) -> FusedResult:
     """Run ``mapping`` on ``inputs``; return the cascade outputs and the bytes the kernels counted.
 
-    ``buffer_bytes`` is the on-chip capacity (None: unbounded). It only matters for
-    tiled groups, which decide per boundary tensor whether it stays resident; the
-    untiled groups supported now load every boundary tensor once either way.
+    ``buffer_bytes`` is the on-chip capacity (None: unbounded), deciding which boundary inputs of a
+    tiled group stay resident (see :func:`clear_levels`). ``count=False`` skips the load/store
+    marking (timing runs); the traffic is then reported as 0.
     """
     if dtype not in ("float64", "float32"):
         raise MambalayaError(f"the fused executor runs float64 or float32, not {dtype}")
@@ -150,6 +192,7 @@ def run_fused(
     by_tensor: dict[str, dict[str, int]] = {}
     per_group: list[int] = []
     per_group_s: list[float] = []
+    shared: dict[str, np.ndarray] = {}  # weights' bitmaps on a weights_resident arch: loaded once per run
     for gi in range(len(mapping.groups)):
         t0 = time.perf_counter()
         plan, kernel, _ = group_kernel(cascade, mapping, gi, dtype)
@@ -158,20 +201,28 @@ def run_fused(
             env[t] = np.empty(cascade.shape(t), dtype=np_dtype)
             args.append(env[t])
         args += [env[t] for t in plan.aux]
-        tc = new_counter(len(args))
+        marks = []
+        for t in plan.params:
+            if count and weights_resident and cascade.tensors[t].role == "weight":
+                marks.append(shared.setdefault(t, np.zeros(cascade.shape(t), dtype=np.uint8)))
+            else:
+                marks.append(np.zeros(cascade.shape(t) if count else (1,) * len(cascade.shape(t)), dtype=np.uint8))
+        clr = clear_levels(cascade, mapping.groups[gi], plan, buffer_bytes, weights_resident)
+        tc = new_counter(len(plan.params))
+        call = (*args, *marks, clr, tc, count)
         fresh = not kernel.signatures
         t1 = time.perf_counter()
         if fresh:  # first call compiles (or loads Numba's disk cache): time it as compile, then rerun
-            kernel.compile(tuple(kernel.typeof_pyval(a) for a in (*args, tc)))
+            kernel.compile(tuple(kernel.typeof_pyval(a) for a in call))
             t2 = time.perf_counter()
             compile_s += t2 - t0
             t1 = t2
         else:
             compile_s += t1 - t0
-        kernel(*args, tc)
+        kernel(*call)
         per_group_s.append(time.perf_counter() - t1)
         run_s += per_group_s[-1]
-        per_group.append(counted_bytes(cascade, (*plan.reads, *plan.writes, *plan.aux), tc, by_tensor))
+        per_group.append(counted_bytes(cascade, plan.params, tc, by_tensor))
     outputs = {n: env[n] for n in cascade.outputs()}
     return FusedResult(outputs, sum(per_group), by_tensor, compile_s, run_s, per_group, per_group_s)
 
@@ -182,11 +233,12 @@ def verify(
     seed: int = 0,
     dtype: str = "float64",
     buffer_bytes: int | None = None,
+    weights_resident: bool = False,
 ) -> dict[str, Any]:
     """Run ``mapping`` and the reference on the same random inputs; compare every cascade output."""
     inputs = random_inputs(cascade, seed)
     ref = run_reference(cascade, inputs, dtype, keep="outputs")
-    res = run_fused(cascade, mapping, inputs, dtype, buffer_bytes)
+    res = run_fused(cascade, mapping, inputs, dtype, buffer_bytes, weights_resident)
     rtol = 1e-10 if dtype == "float64" else 1e-4
     max_abs = max_rel = 0.0
     worst = None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mambalaya.arch import Arch, load_arch
 from mambalaya.checkpoint import config_family, config_params, load_hf_config, load_mixer_weights
 from mambalaya.errors import WeightsError
 from mambalaya.exec.reference import run_reference
@@ -62,8 +63,13 @@ def run_layer(
     layer: int | None = None,
     cascade: str | Path | None = None,
     dtype: str = "float32",
+    arch: str | Arch | None = None,
 ) -> np.ndarray:
-    """The mixer's output for ``hidden_states`` of shape (batch, seqlen, d_model)."""
+    """The mixer's output for ``hidden_states`` of shape (batch, seqlen, d_model).
+
+    With ``arch``, the fused schedule the mapper picks for that architecture runs (the Numba
+    executor, residency decided by the arch's fusion buffer) instead of the reference interpreter.
+    """
     config = load_hf_config(config_path)
     x = np.asarray(hidden_states)
     if x.ndim != 3:
@@ -74,5 +80,15 @@ def run_layer(
     weights = load_mixer_weights(weights_path, layer, family=config_family(config))
     inputs = bind_weights(c, weights, str(weights_path))
     inputs["U"] = x
-    out = run_reference(c, inputs, dtype=dtype, keep="outputs")
+    if arch is not None:
+        from mambalaya.exec.fused import run_fused
+        from mambalaya.mapper import optimal_mapping
+
+        arch_obj = load_arch(arch) if isinstance(arch, str) else arch
+        mapping = optimal_mapping(c, arch_obj).mapping
+        res = run_fused(c, mapping, inputs, dtype, arch_obj.fusion_buffer_bytes, arch_obj.weights_resident,
+                        count=False)
+        out = res.outputs
+    else:
+        out = run_reference(c, inputs, dtype=dtype, keep="outputs")
     return out["OUT"].astype(x.dtype if x.dtype.kind == "f" else np.float32)

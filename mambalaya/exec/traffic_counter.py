@@ -1,29 +1,23 @@
-"""Traffic accounting of the fused executor: counter layout and the rule it implements.
+"""Traffic accounting of the fused executor: counter layout and what the kernels measure.
 
 Every fused kernel receives ``tc``, an int64 array with two slots per boundary
-array it takes (slot ``2*i`` counts elements loaded from parameter ``i``, slot
-``2*i+1`` elements stored to it). The generated code increments a slot at the
-point where its loop nest moves data between the full ("off-chip") arrays and
-the group's on-chip buffers:
+array (slot ``2*i``: elements loaded from parameter ``i``; ``2*i+1``: elements
+stored to it), and one uint8 *touched bitmap* per boundary array. Before each
+member Einsum runs on a tile, the kernel enumerates the in-range elements that
+Einsum's reads of boundary tensors touch over the tile (masks do not shrink a
+load; a read one step before a recurrence's start loads the initial state) and
+counts each element the first time the current *pass* touches it; after it, the
+elements of the tile it stores (an output element is written back once). A pass
+ends, and the bitmap is cleared, at the top of the tile loop ``clr[i]``: the
+innermost tiled loop outside the first loop-order rank indexing the tensor, for
+a tensor that does not stay on chip (:func:`mambalaya.exec.fused.clear_levels`
+decides residency by the cost model's capacity rule). A weight on a
+``weights_resident`` arch shares one bitmap across the groups of a run.
 
-* a **load** of a boundary input (an input, weight, initial state, or a tensor
-  an earlier group wrote) happens once per group when the group is a single
-  tile: the tensor is brought on chip whole and every reuse inside the group is
-  served from there, so it costs its full element count once;
-* a **store** of a produced tensor happens once, with its full element count,
-  iff it is a cascade output or some Einsum outside the group reads it;
-  tensors produced and consumed inside the group live in on-chip buffers and
-  cost nothing.
-
-Bytes are elements times the tensor's declared element size in the cascade
-(``TensorSpec.element_bytes``), whatever dtype the executor computes in, so the
-count is comparable with the cost model's ``Cascade.nbytes`` to the byte.
-This is exactly the cost model's rule for an untiled group: per group, each
-tensor read but not produced is read once (full nbytes), each produced tensor
-is written once iff it leaves the group. Tiled groups (where a tensor that does
-not fit the buffer is re-read once per iteration of the tiled ranks outer to
-it) are rejected by the code generator for now, so ``buffer_bytes`` cannot
-change a count yet; it is accepted and checked for consistency.
+So a group's count is, per boundary input, distinct elements loaded per pass x
+passes, and per exported tensor its size: the rule of :mod:`mambalaya.cost.traffic`,
+measured rather than computed. Bytes are elements times the tensor's declared
+element size (``TensorSpec.element_bytes``), whatever dtype the executor computes in.
 """
 
 from __future__ import annotations
@@ -54,7 +48,7 @@ def counted_bytes(
 
 
 def unfused_rule_bytes(cascade: Cascade) -> int:
-    """The hand rule for the all-unfused mapping: every Einsum reads each operand once, writes its output once."""
+    """An upper bound for the all-unfused mapping: every Einsum reads each operand whole, writes its output once."""
     total = 0
     for e in cascade.einsums:
         total += sum(cascade.nbytes(t) for t in e.reads if t != e.name)

@@ -58,7 +58,8 @@ def verify_mapping(
     else:
         from mambalaya.exec.fused import verify
 
-        run = verify(cascade, mapping, seed=seed, dtype=dtype, buffer_bytes=arch_obj.fusion_buffer_bytes)
+        run = verify(cascade, mapping, seed=seed, dtype=dtype, buffer_bytes=arch_obj.fusion_buffer_bytes,
+                     weights_resident=arch_obj.weights_resident)
     counted = run.get("traffic_counted_bytes")
     traffic_ok = counted is None or counted == predicted.traffic_bytes
     return {

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mambalaya.cost.model import evaluate
 from mambalaya.errors import MambalayaError
 from mambalaya.exec.fused import run_fused, verify
 from mambalaya.exec.reference import random_inputs, run_reference
@@ -27,44 +28,45 @@ def _small(name: str):
     return c.with_params(**{k: v for k, v in SMALL[name].items() if k in c.params})
 
 
-def _rule_bytes(cascade, mapping: Mapping) -> int:
-    """The cost model's rule for untiled groups, written out by hand."""
-    total = 0
-    for g in mapping.groups:
-        produced = set(g.einsums)
-        reads = {t for n in g.einsums for t in cascade.einsum(n).reads if t not in produced}
-        total += sum(cascade.nbytes(t) for t in reads)
-        for n in g.einsums:
-            leaves = n in cascade.outputs() or any(c not in produced for c in cascade.consumers(n))
-            total += cascade.nbytes(n) if leaves else 0
-    return total
+def _predicted(cascade, mapping: Mapping) -> int:
+    """The cost model's traffic for the mapping (untiled groups: the buffer size does not matter)."""
+    return evaluate(cascade, "mambalaya", mapping).traffic_bytes
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
-def test_unfused_matches_reference_and_rule(name: str) -> None:
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("mamba2", "mamba2-decode") else n
+                                  for n in sorted(SMALL)])
+def test_unfused_matches_reference_and_cost_model(name: str) -> None:
     c = _small(name)
     m = unfused_mapping(c)
     r = verify(c, m)
     assert r["ok"], r
-    assert r["traffic_counted_bytes"] == unfused_rule_bytes(c) == _rule_bytes(c, m)
+    assert r["traffic_counted_bytes"] == _predicted(c, m)
+    # footprints: never more than every operand whole once per Einsum
+    assert r["traffic_counted_bytes"] <= unfused_rule_bytes(c)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
-def test_fused_groups_match_reference_and_rule(name: str) -> None:
+@pytest.mark.parametrize("name", ["mamba1", pytest.param("mamba2", marks=pytest.mark.slow)])
+def test_fused_groups_match_reference_and_cost_model(name: str) -> None:
     c = _small(name)
     names = c.einsum_names
-    for size in (len(names), 4):
-        m = Mapping(tuple(FusionGroup(tuple(names[i : i + size])) for i in range(0, len(names), size)), c.name)
-        r = verify(c, m)
-        assert r["ok"], (size, r)
-        assert r["traffic_counted_bytes"] == _rule_bytes(c, m)
-    whole = Mapping((FusionGroup(names),), c.name)
-    counted = run_fused(c, whole, random_inputs(c)).traffic_bytes
-    assert counted == sum(c.nbytes(t) for t in c.inputs()) + sum(c.nbytes(t) for t in c.outputs())
+    m = Mapping((FusionGroup(names),), c.name)
+    r = verify(c, m)
+    assert r["ok"], r
+    assert r["traffic_counted_bytes"] == _predicted(c, m)
+
+
+def test_count_off_runs_the_same_numbers() -> None:
+    c = _small("mamba1")
+    m = unfused_mapping(c)
+    inputs = random_inputs(c)
+    on, off = run_fused(c, m, inputs), run_fused(c, m, inputs, count=False)
+    assert off.traffic_bytes == 0 < on.traffic_bytes
+    for k in on.outputs:
+        np.testing.assert_array_equal(on.outputs[k], off.outputs[k])
 
 
 def test_float32_and_second_run_hits_cache() -> None:
-    c = _small("mamba2")
+    c = _small("mamba1")
     m = unfused_mapping(c)
     assert verify(c, m, dtype="float32")["ok"]
     again = run_fused(c, m, random_inputs(c, 1), "float32")
@@ -72,13 +74,6 @@ def test_float32_and_second_run_hits_cache() -> None:
     ref = run_reference(c, random_inputs(c, 1), "float32", keep="outputs")
     for k, v in ref.items():
         np.testing.assert_allclose(again.outputs[k], v, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(v).max()))
-
-
-def test_tiled_group_is_refused_by_name() -> None:
-    c = _small("mamba1")
-    m = Mapping((FusionGroup(c.einsum_names, tiles={"l": 4}),), c.name)
-    with pytest.raises(MambalayaError, match="group 0 .*tiled ranks l"):
-        run_fused(c, m, random_inputs(c))
 
 
 # ---- random small cascades -------------------------------------------------
@@ -140,12 +135,12 @@ def _check_random(text: str) -> None:
     m = unfused_mapping(c)
     r = verify(c, m)
     assert r["ok"], (text, r)
-    assert r["traffic_counted_bytes"] == unfused_rule_bytes(c)
+    assert r["traffic_counted_bytes"] == _predicted(c, m)
     whole = Mapping((FusionGroup(c.einsum_names),), c.name)
     assert verify(c, whole)["ok"], text
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cascades())
 def test_random_cascades_unfused(text: str) -> None:
     _check_random(text)
