@@ -134,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         x = np.load(args.input, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise MambalayaError(f"cannot read input array: {err}", file=args.input) from None
-    y = run_layer(args.config, args.weights, x, layer=args.layer, cascade=args.cascade)
+    y = run_layer(args.config, args.weights, x, layer=args.layer, cascade=args.cascade, arch=args.arch)
     from io import BytesIO
 
     buf = BytesIO()
