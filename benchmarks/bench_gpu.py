@@ -69,7 +69,7 @@ def mamba1_gpu_mapping(cascade: Any) -> Any:
     from mambalaya.ir.mapping import FusionGroup, Mapping
 
     groups = [["X0"], ["Z"], ["XC", "X"], ["DTR"], ["BM"], ["CM"],
-              ["DT0", "DT", "A", "DA", "BX", "H", "SY", "Y", "G"], ["OUT"], ["HF"], ["CSF"]]
+              ["DT0", "DT", "A", "DA", "BX", "H", "SY", "Y", "G", "HF"], ["OUT"], ["CSF"]]
     return Mapping(tuple(FusionGroup(tuple(g), cascade.einsum(g[0]).ranks) for g in groups), cascade.name).validate(
         cascade)
 
@@ -212,16 +212,20 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
     from mambalaya.exec.triton_backend import run_triton
 
     t0 = time.perf_counter()
-    res = run_triton(cascade, mapping, inputs, "float32", "tf32", repeat=repeat, warmup=2)
+    res = run_triton(cascade, mapping, inputs, "float32", "tf32", repeat=repeat, warmup=2,
+                     layer_repeat=0 if os.environ.get("TRITON_INTERPRET") == "1" else 2 * repeat)
     wall = time.perf_counter() - t0
     report = evaluate(cascade, "h200", mapping)
     groups = []
     for g, pc in zip(res.groups, report.groups, strict=True):
         groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
                        "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
+                       "launch": g.launch, "scan": list(g.scan), "inline": list(g.inline),
+                       "scratch": list(g.scratch),
                        "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
                        "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})
     return {"mapping": label, "measured_s": res.total_s, "predicted_s": report.latency_s,
+            "layer_eager_s": res.layer_eager_s, "layer_graph_s": res.layer_graph_s,
             "traffic_bytes": report.traffic_bytes, "compile_s": res.compile_s, "wall_s": wall,
             "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
 
@@ -247,9 +251,12 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
            "cuda": torch.version.cuda, "gpu": "cpu (interpreter)" if dry else torch.cuda.get_device_name(),
            "mamba_ssm": bool(scan_combined), "matmul_precision": "tf32", "dtype": "float32"}
     out: dict[str, Any] = {"env": env, "points": [], "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    points = [(m, b, s) for m, b, s in MAMBA2_POINTS] + list(MAMBA1_POINTS)
+    if not dry:
+        out["launch_overhead"] = launch_overhead()
+        print(f"launch overhead: {out['launch_overhead']}", flush=True)
+    points = [MAMBA2_POINTS[0], *MAMBA1_POINTS, *MAMBA2_POINTS[1:]]
     if quick:
-        points = [points[0], points[1], points[4], points[-1]]
+        points = points[:3] + [points[5]]
     if dry:
         points = [("mamba2-370m", 1, 64), ("mamba-370m", 1, 16)]
     seen: set[str] = set()
@@ -285,7 +292,11 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
             ssd = sum(g["measured_s"] for g in run["groups"] if set(g["einsums"]) & set(SSD_GROUPS))
             run["ssd_measured_s"] = ssd
             print(f"  generated {label:8s} {run['measured_s'] * 1e3:9.3f} ms (predicted {run['predicted_s'] * 1e3:8.3f} ms,"
+                  f" eager seq {_ms(run['layer_eager_s'])}, graph {_ms(run['layer_graph_s'])},"
                   f" compile {run['compile_s']:.1f} s, fallbacks {run['fallbacks']})", flush=True)
+            for g in run["groups"]:
+                print(f"    {' '.join(g['einsums']):28s} {g['measured_s'] * 1e3:8.3f} / {g['predicted_s'] * 1e3:7.3f} ms"
+                      f" {g['launch'] or ''}", flush=True)
             point["runs"].append(run)
         if family == "mamba2":
             w = {k: torch.from_numpy(v).to(dev) for k, v in inputs.items()}
@@ -324,6 +335,53 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
         (out_dir / "gpu.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
         if not dry:
             torch.cuda.empty_cache()
+
+
+def launch_overhead(n: int = 200) -> dict[str, float]:
+    """Per-launch cost of a one-program Triton kernel like the generated ones (pointer args, launched from
+    Python as the backend does), back to back: eager, and replayed from a CUDA graph; plus torch's own."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def tiny(p, q, r, s):  # four pointer arguments, one program, one element
+        tl.store(p, tl.load(q) + tl.load(r) + tl.load(s))
+
+    bufs = [torch.zeros(1, device="cuda") for _ in range(4)]
+
+    def seq() -> None:
+        for _ in range(n):
+            tiny[(1,)](*bufs)
+
+    def per(fn: Any) -> float:
+        ts = []
+        for _ in range(5):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3 / n)
+        return statistics.median(ts)
+
+    seq()
+    torch.cuda.synchronize()
+    eager = per(seq)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        seq()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        seq()
+    g.replay()
+    torch.cuda.synchronize()
+    graph = per(g.replay)
+    x = bufs[0]
+    torch_eager = per(lambda: [x.add_(1.0) for _ in range(n)])
+    return {"triton_eager_s": eager, "triton_graph_s": graph, "torch_eager_s": torch_eager}
 
 
 def _ssd_args(cascade: Any, w: dict[str, Any]) -> tuple:
@@ -368,22 +426,34 @@ def table(path: Path) -> str:
         "",
         "## Layers",
         "",
-        "| model | batch | seqlen | generated fused | predicted fused | ratio | generated unfused | predicted unfused "
-        "| ratio | torch eager layer | torch layer + mamba_ssm SSD | SSD: generated fused | SSD: torch | SSD: mamba_ssm |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | batch | seqlen | generated fused (sum of kernels) | fused: eager launches | fused: CUDA graph "
+        "| predicted fused | ratio (graph / pred) | generated unfused | unfused: CUDA graph | predicted unfused "
+        "| ratio | torch eager layer | torch layer + mamba_ssm SSD | SSD: generated fused | SSD: torch "
+        "| SSD: mamba_ssm |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in data["points"]:
         runs = {r["mapping"]: r for r in p["runs"] if "error" not in r}
         f, u = runs.get("fused"), runs.get("unfused")
 
         def ratio(r: dict | None) -> str:
-            return f"{r['measured_s'] / r['predicted_s']:.2f}" if r else "-"
+            if not r:
+                return "-"
+            meas = r.get("layer_graph_s") or r["measured_s"]
+            return f"{meas / r['predicted_s']:.2f}"
 
         lines.append(
             f"| {p['model']} | {p['batch']} | {p['seqlen']} | {_ms(f and f['measured_s'])} | "
-            f"{_ms(f and f['predicted_s'])} | {ratio(f)} | {_ms(u and u['measured_s'])} | {_ms(u and u['predicted_s'])} "
+            f"{_ms(f and f.get('layer_eager_s'))} | {_ms(f and f.get('layer_graph_s'))} | "
+            f"{_ms(f and f['predicted_s'])} | {ratio(f)} | {_ms(u and u['measured_s'])} | "
+            f"{_ms(u and u.get('layer_graph_s'))} | {_ms(u and u['predicted_s'])} "
             f"| {ratio(u)} | {_ms(p.get('torch_layer_s'))} | {_ms(p.get('torch_layer_mamba_ssm_s'))} | "
             f"{_ms(f and f.get('ssd_measured_s'))} | {_ms(p.get('torch_ssd_s'))} | {_ms(p.get('mamba_ssm_ssd_s'))} |")
+    lo = data.get("launch_overhead")
+    if lo:
+        lines += ["", f"Launch cost per kernel (one-program Triton kernel, 200 back to back): eager from Python "
+                      f"{lo['triton_eager_s'] * 1e6:.1f} us, CUDA-graph replay {lo['triton_graph_s'] * 1e6:.2f} us; "
+                      f"a torch eager op {lo['torch_eager_s'] * 1e6:.1f} us."]
     lines += ["", "Times in ms. Errors: " + "; ".join(
         f"{p['model']} b{p['batch']} L{p['seqlen']}: generated vs torch {p.get('torch_vs_generated_rel_err')}"
         for p in data["points"] if "torch_vs_generated_rel_err" in p) + "."]
@@ -392,10 +462,15 @@ def table(path: Path) -> str:
             if "error" in r:
                 continue
             lines += ["", f"## Per group: {p['model']} batch {p['batch']} seqlen {p['seqlen']}, {r['mapping']}", "",
-                      "| group | grid (rank/block x blocks) | tl.dot | measured ms | predicted ms | ratio | traffic MB |",
+                      "| group | grid (rank/block x blocks) | tl.dot (tile, warps, stages) | measured ms | predicted ms "
+                      "| ratio | traffic MB |",
                       "|---|---|---|---:|---:|---:|---:|"]
             for g in r["groups"]:
                 grid = " ".join(f"{a}/{b}x{c}" for a, b, c in g["grid"]) or "1"
+                if g.get("launch") and g["dot"]:
+                    g["dot"] = [*g["dot"], f"({g['launch'].get('num_warps')}w {g['launch'].get('num_stages')}s)"]
+                if g.get("scan"):
+                    g["dot"] = [*g["dot"], "scan: " + "+".join(g["scan"])]
                 rt = f"{g['measured_s'] / g['predicted_s']:.2f}" if g["predicted_s"] else "-"
                 lines.append(f"| {' '.join(g['einsums'])} | {grid} | {' '.join(g['dot']) or '-'} | "
                              f"{_ms(g['measured_s'])} | {_ms(g['predicted_s'])} | {rt} | {g['traffic_bytes'] / 1e6:.1f} |")

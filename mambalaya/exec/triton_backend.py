@@ -59,6 +59,8 @@ class GroupRun:
     grid: tuple[tuple[str, int, int], ...] = ()
     programs: int = 1
     dot_einsums: tuple[str, ...] = ()
+    launch: dict = field(default_factory=dict)  # the tile configuration kept (autotuned on a GPU)
+    scan: tuple[str, ...] = ()
     inline: tuple[str, ...] = ()
     scratch: tuple[str, ...] = ()
     source_path: str = ""
@@ -72,6 +74,10 @@ class TritonResult:
     groups: list[GroupRun]
     device: str
     compile_s: float = 0.0
+    #: whole layer on a GPU: every group's kernel launched back to back from Python (eager), and the same
+    #: sequence captured once in a CUDA graph and replayed (what a deployed fused layer does); medians
+    layer_eager_s: float | None = None
+    layer_graph_s: float | None = None
 
     @property
     def per_group_s(self) -> list[float]:
@@ -119,10 +125,17 @@ def triton_available() -> tuple[bool, str]:
     return False, "no CUDA GPU and TRITON_INTERPRET=1 not set before importing triton"
 
 
+#: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages).
+#: The first is the interpreter's (and the default without autotuning).
+DOT_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 4))
+
+
 def compile_group(cascade: Cascade, mapping: Mapping, gi: int, dtype: str = "float32",
-                  matmul_precision: str = "fp32") -> tuple[TritonGroupPlan, Any | None, str]:
-    """(plan, kernel or None, fallback reason) of one group."""
-    plan = group_plan(cascade, mapping, gi)
+                  matmul_precision: str = "fp32", config: tuple[int, int, int, int] = DOT_CONFIGS[0]
+                  ) -> tuple[TritonGroupPlan, Any | None, str]:
+    """(plan, kernel or None, fallback reason) of one group with one tl.dot tile configuration."""
+    plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1])
+    plan.launch = {"num_warps": config[2], "num_stages": config[3]}
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     try:
         plan.source = group_source(cascade, mapping, plan, dtype, matmul_precision, interpret)
@@ -147,11 +160,15 @@ def run_triton(
     device: str | None = None,
     repeat: int = 1,
     warmup: int = 0,
+    autotune: bool | None = None,
+    layer_repeat: int = 0,
 ) -> TritonResult:
     """Run ``mapping`` with one Triton kernel per group; outputs as numpy, per-group times, fallbacks.
 
     ``repeat``/``warmup``: launches per group for timing (the median is kept); the outputs are those
-    of the last launch (every kernel is idempotent: it overwrites what it writes).
+    of the last launch (every kernel is idempotent: it overwrites what it writes). ``autotune`` (default:
+    on a GPU) compiles each group with tl.dot in every :data:`DOT_CONFIGS` tile choice and keeps the
+    fastest. ``layer_repeat`` > 0 on a GPU also times the whole layer eager and as a CUDA graph.
     """
     ok, why = triton_available()
     if not ok:
@@ -169,12 +186,45 @@ def run_triton(
     tdt = torch.float64 if dtype == "float64" else torch.float32
     env: dict[str, Any] = {k: torch.from_numpy(v).to(dev) for k, v in _prepare_inputs(cascade, inputs, np_dtype).items()}
     runs: list[GroupRun] = []
+    launches: list[tuple[Any, tuple, list, dict]] = []
     compile_s = 0.0
+    tune = cuda if autotune is None else (autotune and cuda)
+
+    def once(kernel: Any, grid: tuple, args: list, kw: dict) -> float:
+        if not cuda:
+            t1 = time.perf_counter()
+            kernel[grid](*args, **kw)
+            return time.perf_counter() - t1
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        kernel[grid](*args, **kw)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
     for gi in range(len(mapping.groups)):
         t0 = time.perf_counter()
         plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision)
+        if kernel is not None and tune and plan.dot_einsums is not None and _has_dot(plan):
+            best = None
+            for cfg in DOT_CONFIGS:
+                p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, cfg)
+                for t in (*p2.writes, *p2.scratch):
+                    if t not in env or tuple(env[t].shape) != cascade.shape(t):
+                        env[t] = torch.empty(cascade.shape(t), dtype=tdt, device=dev)
+                a2 = [env[t] for t in p2.params]
+                try:
+                    k2[(p2.programs,)](*a2, **p2.launch)
+                    torch.cuda.synchronize()
+                    tt = statistics.median(once(k2, (p2.programs,), a2, p2.launch) for _ in range(3))
+                except Exception:  # noqa: BLE001 - a configuration that does not fit (shared memory) is skipped
+                    continue
+                if best is None or tt < best[0]:
+                    best = (tt, p2, k2)
+            if best is not None:
+                plan, kernel = best[1], best[2]
         run = GroupRun(gi, plan.einsums, "triton" if kernel else "fallback-reference", reason, plan.grid,
-                       plan.programs, plan.dot_einsums, plan.inline, plan.scratch)
+                       plan.programs, plan.dot_einsums, plan.launch, plan.scan, plan.inline, plan.scratch)
         if kernel is None:
             t1 = time.perf_counter()
             for name, arr in _fallback(cascade, plan.einsums, env, np_dtype).items():
@@ -189,32 +239,62 @@ def run_triton(
             env[t] = torch.empty(cascade.shape(t), dtype=tdt, device=dev)
         args = [env[t] for t in plan.params]
         grid = (plan.programs,)
-        kernel[grid](*args)  # first launch compiles
+        kw = dict(plan.launch) if cuda else {}
+        kernel[grid](*args, **kw)  # first launch compiles
         if cuda:
             torch.cuda.synchronize()
         compile_s += time.perf_counter() - t0
         for _ in range(warmup):
-            kernel[grid](*args)
-        times = []
-        for _ in range(max(1, repeat)):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                kernel[grid](*args)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                t1 = time.perf_counter()
-                kernel[grid](*args)
-                times.append(time.perf_counter() - t1)
+            kernel[grid](*args, **kw)
+        times = [once(kernel, grid, args, kw) for _ in range(max(1, repeat))]
         run.times_s = times
         run.time_s = statistics.median(times)
+        launches.append((kernel, grid, args, kw))
         for t in plan.scratch:
             del env[t]
         runs.append(run)
     outputs = {n: env[n].detach().cpu().numpy() for n in cascade.outputs()}
-    return TritonResult(outputs, runs, str(dev), compile_s)
+    res = TritonResult(outputs, runs, str(dev), compile_s)
+    if cuda and layer_repeat > 0 and not res.fallbacks:
+        res.layer_eager_s, res.layer_graph_s = _layer_times(torch, launches, layer_repeat)
+    return res
+
+
+def _has_dot(plan: TritonGroupPlan) -> bool:
+    return "tl.dot(" in plan.source
+
+
+def _layer_times(torch: Any, launches: list, repeat: int) -> tuple[float, float]:
+    """Medians of the whole kernel sequence: launched from Python back to back, and replayed as a CUDA graph."""
+    def seq() -> None:
+        for kernel, grid, args, kw in launches:
+            kernel[grid](*args, **kw)
+
+    def timed(fn: Any) -> float:
+        ts = []
+        for _ in range(repeat):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        return statistics.median(ts)
+
+    seq()
+    torch.cuda.synchronize()
+    eager = timed(seq)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        seq()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        seq()
+    graph.replay()
+    torch.cuda.synchronize()
+    return eager, timed(graph.replay)
 
 
 def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[float, float, str | None]:

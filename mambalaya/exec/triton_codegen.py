@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from mambalaya.exec.codegen import _gemm_plan, inlinable, plan_group
+from mambalaya.exec.codegen import _gemm_plan, plan_group
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, multiplicative_factors, walk
 from mambalaya.ir.mapping import Mapping
@@ -51,6 +51,9 @@ GRID_CAP = 64
 #: Elements of a 1D phase block and of a 2D reduction tile.
 BLOCK_1D = 1024
 BLOCK_2D = 4096
+#: Chunked scans: steps of a linear recurrence scanned at once, and state elements x steps per program.
+SCAN_STEPS = 16
+SCAN_ELEMS = 2048
 #: Smallest M, N, K extent for the tl.dot path (tl.dot needs tiles of at least 16).
 DOT_MIN = 16
 INT32_LIMIT = 2**31 - 1
@@ -79,6 +82,12 @@ def _softplus(x):
 @triton.jit
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _lin_combine(a1, b1, a2, b2):
+    # (h -> a1*h + b1) then (h -> a2*h + b2): the associative step of a linear recurrence
+    return a1 * a2, b1 * a2 + b2
 
 '''
 
@@ -134,6 +143,11 @@ class TritonGroupPlan:
     dot_einsums: tuple[str, ...] = ()
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    #: tl.dot tile choice: block cap of M/N grid ranks, K step, and launch options (num_warps, num_stages)
+    dot_cap: int = 64
+    dot_bk: int = 32
+    launch: dict = field(default_factory=dict)
+    scan: tuple[str, ...] = ()  # (recurrence, reduction consumer, epilogue phases...) fused as a chunked scan
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -229,6 +243,9 @@ class _Emitter:
     dim: int = 1  # 1: [BLOCK] context, 2: [BLOCK, RBLOCK] (no nested reductions there)
     block: int = 1  # BLOCK of the phase being emitted
     interpret: bool = False  # generating for Triton's interpreter (CPU)
+    regs: dict[str, str] = field(default_factory=dict)  # tensor -> register value at the current indices
+    dot_cap: int = 64
+    dot_bk: int = 32
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
@@ -268,8 +285,10 @@ class _Emitter:
 
     def access(self, acc: Access, rv: dict[str, str], depth: int) -> str:
         c = self.cascade
+        if acc.tensor in self.regs:  # computed in registers at these very indices (checked by _scan_fusion)
+            return self.regs[acc.tensor]
         if self.state is not None and acc.tensor == self.state[0]:
-            if self.dim != 1:
+            if self.dim == 2:
                 raise Unsupported(f"recurrence {acc.tensor} read inside a summed term")
             return self.state[1]
         shape = c.shape(acc.tensor)
@@ -321,6 +340,10 @@ class _Emitter:
             else:
                 inner[r] = j
         total = self.terms_value(e, inner, depth)
+        if e.where:  # a masked point-wise producer (e.g. SSD's causal decay mask): zero outside its mask
+            masked = self.tmp()
+            self.emit(depth, f"{masked} = tl.where({self.mask(e, inner)}, {total}, 0.0)")
+            total = masked
         if conds:
             mask = " & ".join(f"({j} >= 0) & ({j} < {shape[p]})" for p, j in conds)
             out = self.tmp()
@@ -423,17 +446,27 @@ def _slice(c: Cascade, e: Einsum, grid: dict[str, int], skip: str | None = None)
 
 
 def _decompose(em: _Emitter, ranks: list[tuple[str, int]], flat: str, grid: dict[str, int], depth: int,
-               lane: str, scalar: bool = False) -> dict[str, str]:
-    """Rank indices of a flat position inside the slice; grid ranks offset by their base and clamped."""
+               lane: str, scalar: bool = False, exact: bool = False) -> dict[str, str]:
+    """Rank indices of a flat position inside the slice; grid ranks offset by their base and clamped.
+
+    ``exact``: the flat position never reaches the slice's size, so the outermost rank needs no
+    remainder; a grid rank whose block divides its size needs no clamp. Both keep the compiler's
+    contiguity facts (vectorised loads and stores) intact."""
     c = em.cascade
     rv: dict[str, str] = {}
     stride = 1
-    for r, ext in reversed(ranks):
-        local = f"({flat} // {stride}) % {ext}" if stride > 1 else f"{flat} % {ext}"
+    for k, (r, ext) in enumerate(reversed(ranks)):
+        outer = k == len(ranks) - 1
+        if exact and outer:
+            local = f"({flat} // {stride})" if stride > 1 else flat
+        else:
+            local = f"({flat} // {stride}) % {ext}" if stride > 1 else f"{flat} % {ext}"
         if ext == 1:
             local = "0" if scalar else f"({flat} * 0)"
         var = f"i_{r}"
-        if r in grid:
+        if r in grid and c.rank_sizes[r] % grid[r] == 0 and ext == grid[r]:
+            em.emit(depth, f"{var} = base_{r} + {local}")
+        elif r in grid:
             em.emit(depth, f"{var}_raw = base_{r} + {local}")
             em.emit(depth, f"{lane} = {lane} & ({var}_raw < {c.rank_sizes[r]})")
             em.emit(depth, f"{var} = tl.minimum({var}_raw, {c.rank_sizes[r] - 1})")
@@ -514,7 +547,7 @@ def _emit_pointwise(em: _Emitter, e: Einsum, grid: dict[str, int], depth: int) -
     d = depth + 1
     em.emit(d, f"f = f0 + tl.arange(0, {block})")
     em.emit(d, f"lane = f < {total}")
-    rv = _decompose(em, ranks, "f", grid, d, "lane")
+    rv = _decompose(em, ranks, "f", grid, d, "lane", exact=total % block == 0)
     tot = _body_1d(em, e, rv, d)
     em.emit(d, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, rv)}, {tot}, mask=lane)")
 
@@ -556,6 +589,128 @@ def _emit_recurrence(em: _Emitter, e: Einsum, grid: dict[str, int], depth: int) 
     em.emit(d2, f"{state} = {tot}")
 
 
+def _emit_scan(em: _Emitter, plan: TritonGroupPlan, grid: dict[str, int], finals: list[str], depth: int) -> None:
+    """A linear recurrence E, its reduction F and F's point-wise epilogue, SCAN_STEPS steps at a time.
+
+    Per block of F's non-iterative ranks (rows) x E's reduced ranks (cols) the state lives in registers;
+    each chunk loads the steps' coefficients ``a`` and ``b`` as [T, rows, cols] tiles, scans them with
+    tl.associative_scan (``_lin_combine``), applies the carried state, reduces F over axis 2 and evaluates
+    the epilogue on [T, rows]; only tensors leaving the group (or read by later phases) are stored.
+    Final-state readers (E at the last step) are evaluated from the carried state after the last chunk.
+    """
+    c = em.cascade
+    en, fn, *epi = plan.scan
+    e, f = c.einsum(en), c.einsum(fn)
+    rec = e.recurrence
+    a_terms, b_terms = _linear_split(c, e)
+    it = rec.rank
+    steps = c.rank_sizes[it]
+    rows = _slice(c, f, grid, skip=it)
+    cols = [(r, c.rank_sizes[r]) for r in e.out_ranks if r not in f.out_ranks]
+    nrow = math.prod(x for _, x in rows) if rows else 1
+    ncol = math.prod(x for _, x in cols) if cols else 1
+    bc = _pow2(ncol)
+    t = min(SCAN_STEPS, _pow2(steps))
+    br = min(_pow2(nrow), max(1, _floor_pow2(max(1, SCAN_ELEMS // (t * bc)))))
+    # tensors kept in registers only: local, and read by nothing outside the fused phases
+    fused = {fn, *epi}
+    readers = {n for n in plan.einsums if n not in fused and n not in plan.inline}
+    keep = set()
+    for x in fused:
+        if x in plan.writes or any(x in _reads_through(c, c.einsum(r), frozenset(plan.inline)) for r in readers):
+            keep.add(x)
+    em.emit(depth, f"for r0 in range(0, {nrow}, {br}):")
+    d = depth + 1
+    em.emit(d, f"fr = r0 + tl.arange(0, {br})")
+    em.emit(d, "lane_r = fr < " + str(nrow))
+    rv_r = _decompose(em, rows, "fr", grid, d, "lane_r", exact=nrow % br == 0)
+    em.emit(d, f"fc = tl.arange(0, {bc})")
+    em.emit(d, f"lane_c = fc < {ncol}")
+    rv_c = _decompose(em, cols, "fc", {}, d, "lane_c")
+    rv2 = {**{r: f"{v}[:, None]" for r, v in rv_r.items()}, **{r: f"{v}[None, :]" for r, v in rv_c.items()}}
+    lane2 = "(lane_r[:, None] & lane_c[None, :])"
+    state = em.tmp("state")
+    if rec.init is not None:
+        idx = [rv2[r] for r in e.out_ranks if r != it]
+        em.emit(d, f"{state} = tl.load({em.ptr[rec.init]} + {em.offset(rec.init, idx)}, mask={lane2}, "
+                   f"other=0.0).to({em.dt})")
+    else:
+        em.emit(d, f"{state} = tl.zeros([{br}, {bc}], {em.dt})")
+    em.emit(d, f"for t0 in range(0, {steps}, {t}):")
+    d2 = d + 1
+    em.emit(d2, f"tr = t0 + tl.arange(0, {t})")
+    em.emit(d2, f"lane_t = tr < {steps}")
+    em.emit(d2, f"tc = tl.minimum(tr, {steps - 1})")
+    rv3 = {**{r: f"{v}[None, :, None]" for r, v in rv_r.items()}, **{r: f"{v}[None, None, :]" for r, v in rv_c.items()},
+           it: "tc[:, None, None]"}
+    lane3 = "(lane_t[:, None, None] & lane_r[None, :, None] & lane_c[None, None, :])"
+    zero3 = f"tl.zeros([{t}, {br}, {bc}], {em.dt})"
+    em.dim = 3
+    try:
+        av, bv = em.tmp("ca"), em.tmp("cb")
+        em.emit(d2, f"{av} = {zero3}")
+        for sign, facs in a_terms:
+            vals = [em.node(x, rv3, d2) for x in facs] or ["1.0"]
+            em.emit(d2, f"{av} {'+=' if sign > 0 else '-='} {' * '.join(vals)}")
+        em.emit(d2, f"{bv} = {zero3}")
+        for sign, term in b_terms:
+            em.emit(d2, f"{bv} {'+=' if sign > 0 else '-='} {em.node(term, rv3, d2)}")
+        em.emit(d2, f"{av} = tl.where({lane3}, {av}, 1.0)")
+        em.emit(d2, f"{bv} = tl.where({lane3}, {bv}, 0.0)")
+        em.emit(d2, f"{av}, {bv} = tl.associative_scan(({av}, {bv}), 0, _lin_combine)")
+        hv = em.tmp("h")
+        em.emit(d2, f"{hv} = {av} * {state}[None, :, :] + {bv}")
+        em.emit(d2, f"{state} = tl.sum(tl.where((tl.arange(0, {t}) == {t - 1})[:, None, None], {hv}, 0.0), axis=0)")
+        if en in plan.writes:
+            em.emit(d2, f"tl.store({em.ptr[en]} + {_store_offset(em, e, rv3)}, {hv}, mask={lane3})")
+        # F: the reduction over the state's extra ranks
+        em.regs[en] = hv
+        fv = em.tmp("fv")
+        em.emit(d2, f"{fv} = tl.zeros([{t}, {br}], {em.dt})")
+        for sign, term, _ in f.terms():
+            arg = term.arg if isinstance(term, Reduce) else term
+            v = em.node(arg, rv3, d2)
+            em.emit(d2, f"{fv} {'+=' if sign > 0 else '-='} tl.sum(tl.where({lane3}, {v}, 0.0), axis=2)")
+        del em.regs[en]
+    finally:
+        em.dim = 1
+    rvf = {**{r: f"{v}[None, :]" for r, v in rv_r.items()}, it: "tc[:, None]"}
+    lanef = "(lane_t[:, None] & lane_r[None, :])"
+    em.regs[fn] = fv
+    if fn in keep:
+        em.emit(d2, f"tl.store({em.ptr[fn]} + {_store_offset(em, f, rvf)}, {fv}, mask={lanef})")
+    em.dim = 3
+    try:
+        for name in epi:
+            g = c.einsum(name)
+            gv = em.tmp("gv")
+            em.emit(d2, f"{gv} = tl.zeros([{t}, {br}], {em.dt})")
+            for sign, term, _ in g.terms():
+                em.emit(d2, f"{gv} {'+=' if sign > 0 else '-='} {em.node(term, rvf, d2)}")
+            em.regs[name] = gv
+            if name in keep:
+                em.emit(d2, f"tl.store({em.ptr[name]} + {_store_offset(em, g, rvf)}, {gv}, mask={lanef})")
+    finally:
+        em.dim = 1
+        for name in (fn, *epi):
+            em.regs.pop(name, None)
+    # final-state readers, from the carried state
+    em.state = (en, state)
+    em.dim = 3
+    try:
+        for name in finals:
+            g = c.einsum(name)
+            gv = em.tmp("gv")
+            rvg = {r: rv2[r] for r in g.out_ranks}
+            em.emit(d, f"{gv} = tl.zeros([{br}, {bc}], {em.dt})")
+            for sign, term, _ in g.terms():
+                em.emit(d, f"{gv} {'+=' if sign > 0 else '-='} {em.node(term, rvg, d)}")
+            em.emit(d, f"tl.store({em.ptr[name]} + {_store_offset(em, g, rvg)}, {gv}, mask={lane2})")
+    finally:
+        em.state = None
+        em.dim = 1
+
+
 def _dot_plans(c: Cascade, e: Einsum, grid: dict[str, int], dtype: str) -> list | None:
     """Per term: a GEMM plan usable with tl.dot in this slice, or None for every term when it does not apply."""
     if dtype != "float32" or e.where or e.recurrence is not None:
@@ -587,7 +742,7 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
     ext = {r: grid.get(r, c.rank_sizes[r]) for r in e.ranks}
     nb = math.prod(ext[r] for r in first.batch)
     ms, ns = (math.prod(ext[r] for r in g) for g in (first.m, first.n))
-    bm, bn = min(_pow2(ms), 64), min(_pow2(ns), 64)
+    bm, bn = min(_pow2(ms), em.dot_cap), min(_pow2(ns), em.dot_cap)
     em.emit(depth, f"for bi in range({nb}):")
     d = depth + 1
     em.emit(d, "lane_b = bi < " + str(nb))
@@ -599,8 +754,8 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
     em.emit(d, f"ni = n0 + tl.arange(0, {bn})")
     em.emit(d, f"lane_m = mi < {ms}")
     em.emit(d, f"lane_n = ni < {ns}")
-    rv_m = _decompose(em, [(r, ext[r]) for r in first.m], "mi", grid, d, "lane_m")
-    rv_n = _decompose(em, [(r, ext[r]) for r in first.n], "ni", grid, d, "lane_n")
+    rv_m = _decompose(em, [(r, ext[r]) for r in first.m], "mi", grid, d, "lane_m", exact=ms % bm == 0)
+    rv_n = _decompose(em, [(r, ext[r]) for r in first.n], "ni", grid, d, "lane_n", exact=ns % bn == 0)
     out_rv = {**rv_b, **{r: f"{v}[:, None]" for r, v in rv_m.items()}, **{r: f"{v}[None, :]" for r, v in rv_n.items()}}
     em.emit(d, f"acc = tl.zeros([{bm}, {bn}], tl.float32)")
     for (sign, term, _), p in zip(e.terms(), plans, strict=True):
@@ -613,13 +768,13 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
             em.emit(d, f"acc {'+=' if sign > 0 else '-='} {v}")
             continue
         ks = math.prod(ext[r] for r in p.k)
-        bk = min(_pow2(ks), 32)
+        bk = min(_pow2(ks), em.dot_bk)
         k0, kk = em.tmp("k0_"), em.tmp("kk")
         em.emit(d, f"for {k0} in range(0, {ks}, {bk}):")
         d2 = d + 1
         em.emit(d2, f"{kk} = {k0} + tl.arange(0, {bk})")
         em.emit(d2, f"lane_k = {kk} < {ks}")
-        rv_k = _decompose(em, [(r, ext[r]) for r in p.k], kk, {}, d2, "lane_k")
+        rv_k = _decompose(em, [(r, ext[r]) for r in p.k], kk, {}, d2, "lane_k", exact=ks % bk == 0)
         em.dim = 2
         try:
             a_rv = {**rv_b, **{r: f"{v}[:, None]" for r, v in rv_m.items()}, **{r: f"{v}[None, :]" for r, v in rv_k.items()}}
@@ -629,8 +784,12 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
         finally:
             em.dim = 1
         a, b = em.tmp("a"), em.tmp("b")
-        em.emit(d2, f"{a} = tl.where(lane_k[None, :], {' * '.join(av)}, 0.0) + tl.zeros([{bm}, {bk}], tl.float32)")
-        em.emit(d2, f"{b} = tl.where(lane_k[:, None], {' * '.join(bv)}, 0.0) + tl.zeros([{bk}, {bn}], tl.float32)")
+        if ks % bk == 0:
+            em.emit(d2, f"{a} = {' * '.join(av)} + tl.zeros([{bm}, {bk}], tl.float32)")
+            em.emit(d2, f"{b} = {' * '.join(bv)} + tl.zeros([{bk}, {bn}], tl.float32)")
+        else:
+            em.emit(d2, f"{a} = tl.where(lane_k[None, :], {' * '.join(av)}, 0.0) + tl.zeros([{bm}, {bk}], tl.float32)")
+            em.emit(d2, f"{b} = tl.where(lane_k[:, None], {' * '.join(bv)}, 0.0) + tl.zeros([{bk}, {bn}], tl.float32)")
         if em.precision == "bf16" and em.interpret:
             # the interpreter's native bf16 dot is wrong; bf16 operands with fp32 products and sums are exact
             # in fp32, so rounding the operands and running an ieee dot computes the same thing
@@ -707,13 +866,18 @@ def _grid_ranks(c: Cascade, names: tuple[str, ...], inline: frozenset[str]) -> l
 
 
 def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: list[str],
-            tiles: dict[str, int]) -> dict[str, int]:
+            tiles: dict[str, int], cap: int = GRID_CAP, scan: tuple[str, ...] = ()) -> dict[str, int]:
     phases = [c.einsum(n) for n in names if n not in inline]
-    # elements a program holds at once per phase: a recurrence's iterative rank is stepped, not held
+    # elements a program holds at once per phase: a recurrence's iterative rank is stepped, not held; in a
+    # group with a recurrence the recurrence sets the block (the other phases loop over their slices)
+    recs = [e for e in phases if e.recurrence is not None]
     rest = max((math.prod(c.rank_sizes[r] for r in e.out_ranks
-                          if r not in grid and not (e.recurrence and r == e.recurrence.rank)) for e in phases),
+                          if r not in grid and not (e.recurrence and r == e.recurrence.rank)) for e in recs or phases),
                default=1)
-    budget = max(1, GRID_TARGET // rest)
+    target = GRID_TARGET
+    if scan:  # a chunked scan holds SCAN_STEPS steps of the state at once; keep a few hundred programs
+        target = SCAN_ELEMS // SCAN_STEPS
+    budget = max(1, target // rest)
     out: dict[str, int] = {}
     # contractions want their M and N ranks blocked (tl.dot tiles), batch ranks one at a time
     first: list[str] = []
@@ -722,27 +886,173 @@ def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: li
             p = _gemm_plan(c, e, t, summed)
             if p is not None:
                 first += [r for r in (*reversed(p.n), *reversed(p.m)) if r in grid and r not in first]
+    if first and not scan:  # tl.dot tiles: up to cap x cap outputs per program, batch ranks one at a time
+        budget = max(budget, cap * cap // rest)
     for r in [*first, *(r for r in reversed(grid) if r not in first)]:
         size = c.rank_sizes[r]
         if r in tiles and tiles[r] < size:
             out[r] = tiles[r]
             continue
-        b = min(size, GRID_CAP, _floor_pow2(budget))
+        if first and not scan and r not in first:
+            budget = 1
+        b = min(size, cap, _floor_pow2(budget))
         out[r] = b
         budget = max(1, budget // b)
     return out
 
 
-def group_plan(cascade: Cascade, mapping: Mapping, gi: int) -> TritonGroupPlan:
+def _inlinable(e: Einsum) -> bool:
+    """Point-wise (a mask allowed: the value is zero outside it): recomputed in registers at each read."""
+    if e.recurrence is not None or e.reduced_ranks or any(isinstance(n, Reduce) for n in walk(e.expr)):
+        return False
+    return len(set(e.out_ranks)) == len(e.out_ranks)
+
+
+def _plain(acc: Access, ranks: tuple[str, ...] | list[str]) -> bool:
+    return len(acc.indices) == len(ranks) and all(ix.is_Symbol and str(ix) == r for ix, r in zip(acc.indices, ranks))
+
+
+def _scan_fusion(c: Cascade, names: tuple[str, ...], inline: frozenset[str], local: tuple[str, ...]
+                 ) -> tuple[str, ...]:
+    """(E, F, epilogue...) when recurrence E is linear in its state (``E = a * E[i-1] + b``) and read in the
+    group only by a reduction F over E's ranks absent from F (read plainly), by point-wise phases right after
+    F over F's ranks (the epilogue), and by final-state phases (E at the last step): then E's steps are scanned
+    a chunk at a time in registers (tl.associative_scan), F and the epilogue computed per chunk, E stored
+    only if it leaves the group. Else ()."""
+    phases = [n for n in names if n not in inline]
+    for k, en in enumerate(phases):
+        e = c.einsum(en)
+        rec = e.recurrence
+        if rec is None or _linear_split(c, e) is None or k + 1 >= len(phases):
+            continue
+        f = c.einsum(phases[k + 1])
+        if f.recurrence is not None or f.where or rec.rank not in f.out_ranks:
+            continue
+        if not set(f.out_ranks) <= set(e.out_ranks) or len(set(f.out_ranks)) != len(f.out_ranks):
+            continue
+        red = set(e.out_ranks) - set(f.out_ranks)
+        if not _reduction_terms(f, red, e.name) or not all(
+                _plain(a, e.out_ranks) for a in walk(f.expr) if isinstance(a, Access) and a.tensor == e.name):
+            continue
+        epi = []
+        for n2 in phases[k + 2:]:
+            g = c.einsum(n2)
+            if (g.recurrence is not None or g.where or g.reduced_ranks or tuple(g.out_ranks) != tuple(f.out_ranks)
+                    or any(isinstance(x, Reduce) for x in walk(g.expr)) or e.name in _reads_through(c, g, inline)):
+                break
+            ok = all(_plain(a, g.out_ranks) for a in _accesses_through(c, g, inline)
+                     if a.tensor in (f.name, *epi))
+            if not ok:
+                break
+            epi.append(n2)
+        # every other in-group reader of E: final-state phases only; nothing inline reads E
+        fine = True
+        for n2 in names:
+            if n2 in (en, f.name):
+                continue
+            g = c.einsum(n2)
+            accs = [a for a in walk(g.expr) if isinstance(a, Access) and a.tensor == e.name]
+            if not accs:
+                continue
+            if n2 in inline or n2 in epi or not _final_reader(c, e, g, accs):
+                fine = False
+        # readers of F / epilogue outside (F, epilogue) must read memory: fine, F is stored when not local-only
+        if fine:
+            return (e.name, f.name, *epi)
+    return ()
+
+
+def _accesses_through(c: Cascade, e: Einsum, inline: frozenset[str]) -> list[Access]:
+    out, seen, todo = [], set(), [e]
+    while todo:
+        x = todo.pop()
+        for a in walk(x.expr):
+            if isinstance(a, Access):
+                out.append(a)
+                if a.tensor in inline and a.tensor not in seen:
+                    seen.add(a.tensor)
+                    todo.append(c.einsum(a.tensor))
+    return out
+
+
+def _reads_through(c: Cascade, e: Einsum, inline: frozenset[str]) -> set[str]:
+    return {a.tensor for a in _accesses_through(c, e, inline)}
+
+
+def _final_reader(c: Cascade, e: Einsum, g: Einsum, accs: list[Access]) -> bool:
+    rec = e.recurrence
+    others = [r for r in e.out_ranks if r != rec.rank]
+    if g.recurrence is not None or g.where or g.reduced_ranks or sorted(g.out_ranks) != sorted(others):
+        return False
+    if any(isinstance(x, Reduce) for x in walk(g.expr)):
+        return False
+    last = c.rank_sizes[rec.rank] - 1
+    for a in accs:
+        for pos, (ix, r) in enumerate(zip(a.indices, e.out_ranks)):
+            if pos == rec.position:
+                b = _bind(ix, {}, c.values)
+                if not (_is_const(b) and int(b) == last):
+                    return False
+            elif not (ix.is_Symbol and str(ix) == r):
+                return False
+    return True
+
+
+def _linear_split(c: Cascade, e: Einsum) -> tuple[list, list] | None:
+    """([(sign, factors without the state)], [(sign, term)]) of ``E = sum a * E[i-1] + sum b``; None otherwise."""
+    rec = e.recurrence
+    a_terms, b_terms = [], []
+    for sign, term, summed in e.terms():
+        if summed or any(isinstance(n, Reduce) for n in walk(term)):
+            return None
+        selfs = [n for n in walk(term) if isinstance(n, Access) and n.tensor == e.name]
+        if not selfs:
+            b_terms.append((sign, term))
+            continue
+        facs = multiplicative_factors(term) or [term]
+        own = [f for f in facs if isinstance(f, Access) and f.tensor == e.name]
+        if len(selfs) != 1 or len(own) != 1:
+            return None
+        acc = own[0]
+        for pos, (ix, r) in enumerate(zip(acc.indices, e.out_ranks)):
+            if pos == rec.position:
+                syms = [x for x in ix.free_symbols if str(x) == r]
+                if len(ix.free_symbols) != 1 or not syms or sympy.expand(ix - syms[0]) != -1:
+                    return None
+            elif not (ix.is_Symbol and str(ix) == r):
+                return None
+        a_terms.append((sign, [f for f in facs if f is not acc]))
+    if not a_terms:
+        return None
+    return a_terms, b_terms
+
+
+def _reduction_terms(f: Einsum, red: set[str], state: str) -> bool:
+    """Every term of F sums over exactly ``red`` (implicitly or as one top-level sum_r)."""
+    for _, term, summed in f.terms():
+        if isinstance(term, Reduce):
+            if term.op != "sum" or {term.rank, *summed} != red or len(red) != len(summed) + 1:
+                return False
+            if any(isinstance(n, Reduce) for n in walk(term.arg)):
+                return False
+        elif set(summed) != red or any(isinstance(n, Reduce) for n in walk(term)):
+            return False
+    return True
+
+
+def group_plan(cascade: Cascade, mapping: Mapping, gi: int, dot_cap: int = GRID_CAP, dot_bk: int = 32
+               ) -> TritonGroupPlan:
     base = plan_group(cascade, [tuple(g.einsums) for g in mapping.groups], gi)
-    inline = frozenset(t for t in base.local if inlinable(cascade.einsum(t)))
+    inline = frozenset(t for t in base.local if _inlinable(cascade.einsum(t)))
     scratch = tuple(t for t in base.local if t not in inline)
     names = base.einsums
     grid = _grid_ranks(cascade, names, inline)
-    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles)
+    scan = _scan_fusion(cascade, names, inline, base.local)
+    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan)
     order = [r for r in reversed(grid)]
     spec = tuple((r, blocks[r], -(-cascade.rank_sizes[r] // blocks[r])) for r in order)
-    return TritonGroupPlan(gi, names, base.reads, base.writes, scratch, tuple(sorted(inline)), base.aux, spec)
+    return TritonGroupPlan(gi, names, base.reads, base.writes, scratch, tuple(sorted(inline)), base.aux, spec,
+                           dot_cap=dot_cap, dot_bk=dot_bk, scan=scan)
 
 
 def group_source(cascade: Cascade, mapping: Mapping, plan: TritonGroupPlan, dtype: str,
@@ -766,13 +1076,24 @@ def group_source(cascade: Cascade, mapping: Mapping, plan: TritonGroupPlan, dtyp
     for r, b, n in plan.grid:
         em.emit(1, f"base_{r} = (pid % {n}) * {b}")
         em.emit(1, f"pid = pid // {n}")
+    em.dot_cap, em.dot_bk = plan.dot_cap, plan.dot_bk
     dots = []
     phases = [n for n in plan.einsums if n not in plan.inline]
+    finals: list[str] = []
+    if plan.scan:
+        en = plan.scan[0]
+        finals = [n for n in phases if n not in plan.scan and any(
+            isinstance(a, Access) and a.tensor == en for a in walk(c.einsum(n).expr))]
+        phases = [n for n in phases if n not in finals and n not in plan.scan[1:]]
     for k, name in enumerate(phases):
         e = c.einsum(name)
         em.emit(1, f"# {e.text}")
         plans = _dot_plans(c, e, grid, dtype)
-        if e.recurrence is not None:
+        if plan.scan and name == plan.scan[0]:
+            for x in plan.scan[1:] + tuple(finals):
+                em.emit(1, f"# {c.einsum(x).text}")
+            _emit_scan(em, plan, grid, finals, 1)
+        elif e.recurrence is not None:
             _emit_recurrence(em, e, grid, 1)
         elif plans is not None:
             _emit_dot(em, e, grid, plans, 1)
