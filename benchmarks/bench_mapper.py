@@ -2,10 +2,14 @@
 
 Writes ``benchmarks/results/mapper.md`` (and ``mapper.json``): per run the Einsum count,
 candidates, space-construction and total solve time, whether optimality was proven, the
-modelled speedup over unfused, the groups fused and the peak Python memory (tracemalloc)
-and process RSS (getrusage). Targets: one layer < 1 s per arch, 64 layers < 30 s, < 1 GiB.
+modelled speedup over unfused, the groups fused and the peak process RSS (getrusage). Targets: one layer < 1 s per arch, 64 layers < 30 s, < 1 GiB.
 
-    PYTHONPATH=. python benchmarks/bench_mapper.py [--quick] [--layers 1 8 64] [--seqlens 2048 1048576]
+    PYTHONPATH=. python benchmarks/bench_mapper.py [--layers 1 8 64] [--seqlens 2048 16384 131072 1048576]
+    PYTHONPATH=. python benchmarks/bench_mapper.py --optimum          # groups per arch, seqlen 4096
+    PYTHONPATH=. python benchmarks/bench_mapper.py --render a.json b.json   # merge runs into mapper.md
+
+Peer (AccelForge) comparison: needs Python >= 3.12, which this machine cannot get (``uv python
+install 3.12`` downloads from GitHub, which is unreachable here); see the results file.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import json
 import resource
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 from mambalaya.arch import load_arch, shipped_archs
@@ -38,12 +41,10 @@ def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, m
     params = {"batch": batch} | ({"seqlen": seqlen} if seqlen else {})
     c = open_cascade(name, model=LAYERS[name], params=params)
     a = load_arch(arch)
-    tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # timed without tracemalloc (it slows Python 2-3x); memory is the RSS peak
     r = optimal_mapping(c, a, max_size=max_size, layers=layers)
     wall = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     unfused = evaluate(chain_layers(c, layers) if layers > 1 else c, a)
     return {"cascade": name, "arch": arch, "seqlen": seqlen, "batch": batch, "layers": layers,
             "einsums": len(c.einsums), "candidates": r.candidates, "space_s": r.space_s, "total_s": wall,
@@ -57,13 +58,22 @@ def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, m
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--seqlens", type=int, nargs="+", default=[2**11, 2**16, 2**20])
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[2**11, 2**14, 2**17, 2**20])
+    ap.add_argument("--optimum", action="store_true", help="prefill at seqlen 4096 and decode, 1 layer, all archs")
+    ap.add_argument("--json-out", default=None, help="write the rows here and skip the Markdown")
+    ap.add_argument("--render", nargs="+", default=None, help="JSON row files to merge into --out")
     ap.add_argument("--archs", nargs="+", default=shipped_archs())
     ap.add_argument("--cascades", nargs="+", default=list(LAYERS))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--max-size", type=int, default=None, help="cap on Einsums per group (default: the mapper's)")
     ap.add_argument("--out", default=str(OUT / "mapper.md"))
     args = ap.parse_args(argv)
+    from ortools.linear_solver import pywraplp  # noqa: F401  (import cost, once per process, not timed)
+    if args.render:
+        rows = [r for f in args.render for r in json.loads(Path(f).read_text())]
+        return _render(rows, args)
+    if args.optimum:
+        args.seqlens, args.layers = [4096], [1]
     rows = []
     for name in args.cascades:
         seqlens = [None] if name.endswith("decode") else args.seqlens
@@ -73,19 +83,38 @@ def main(argv: list[str] | None = None) -> int:
                     if layers > 1 and seqlen not in (None, args.seqlens[0]):
                         continue  # whole-model runs at the first sequence length only
                     row = run_one(name, arch, seqlen, layers, args.batch, args.max_size)
+                    row["optimum"] = args.optimum
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "fused"}), file=sys.stderr, flush=True)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
+    return _render(rows, args)
+
+
+def _render(rows: list[dict], args) -> int:
     head = ("| cascade | arch | seqlen | layers | Einsums | candidates | space s | total s | optimal | speedup | "
             "traffic cut | peak MiB | fused groups (1 layer) |")
     lines = ["# Mapper benchmark", "", f"batch {args.batch}; models mamba-370m / mamba2-370m; "
-             "times on this machine (Python, one process; CP-SAT 8 workers).", "", head,
+             "wall times (space construction + SCIP solve, Python, one process, OR-Tools imported "
+             "beforehand); peak MiB is the process's peak RSS so far (it only grows).", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
+        if r.get("optimum"):
+            continue
         cut = r["unfused_traffic_bytes"] / r["traffic_bytes"] if r["traffic_bytes"] else float("nan")
         fused = r["fused"] if r["layers"] == 1 else f"{r['groups']} groups"
         lines.append(f"| {r['cascade']} | {r['arch']} | {r['seqlen'] or 1} | {r['layers']} | {r['einsums']} | "
                      f"{r['candidates']} | {r['space_s']:.2f} | {r['total_s']:.2f} | {r['optimal']} | "
                      f"{r['speedup']:.2f}x | {cut:.2f}x | {r['peak_mib']:.0f} | {fused} |")
+    opt = [r for r in rows if r.get("optimum")]
+    if opt:
+        lines += ["", "## What the optimum says (1 layer, batch 64, prefill seqlen 4096; decode one token)", "",
+                  "| cascade | arch | speedup over unfused | traffic cut | groups | fused groups |", "|---|---|---|---|---|---|"]
+        for r in opt:
+            cut = r["unfused_traffic_bytes"] / r["traffic_bytes"] if r["traffic_bytes"] else float("nan")
+            lines.append(f"| {r['cascade']} | {r['arch']} | {r['speedup']:.2f}x | {cut:.2f}x | {r['groups']} | "
+                         f"{r['fused']} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -196,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     _cascade_args(p)
     p.add_argument("--arch", required=True, help="shipped architecture (imax3, mambalaya, marca, h100, h200) or a spec file")
     p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
-    p.add_argument("--method", default="ilp", choices=["ilp", "exhaustive"],
-                   help="ilp: OR-Tools CP-SAT (proves optimality); exhaustive: brute force, small cascades")
+    p.add_argument("--method", default="ilp", choices=["ilp", "cpsat", "exhaustive"],
+                   help="ilp: exact cover as a MIP (OR-Tools SCIP; proves optimality); cpsat: the same model in "
+                        "OR-Tools CP-SAT; exhaustive: brute force, for small cascades")
     p.add_argument("--layers", type=int, default=1, help="chain N layers so cross-layer fusion is searched")
     p.add_argument("--mapping", help="evaluate this mapping file instead of optimising")
     p.add_argument("--time-limit", type=float, help="seconds; the best mapping found so far and its gap")

@@ -132,12 +132,15 @@ class CandidateGroup:
     reads: tuple[str, ...]  # off-chip tensors read (inputs, weights, other groups' outputs)
     writes: tuple[str, ...]  # off-chip tensors written (read outside the group, or outputs)
     _analyzer: GroupAnalyzer | None = field(default=None, repr=False, compare=False, hash=False)
+    _model: _GroupModel | None = field(default=None, repr=False, compare=False, hash=False)
 
     @cached_property
     def schedule(self) -> GroupSchedule:
         if self._analyzer is None or not self.einsums or self.reasons and self._structural:
             return GroupSchedule((), (), (), (), ())
-        return self._analyzer.model(self.einsums).schedule()
+        model = self._model or self._analyzer.model(self.einsums)
+        object.__setattr__(self, "_model", None)  # the loop model built for legality, used once
+        return model.schedule()
 
     @property
     def _structural(self) -> bool:
@@ -275,7 +278,8 @@ class GroupAnalyzer:
             return CandidateGroup(tuple(names), False, tuple(structural), None, internal, reads, writes, self)
         model = self.model(names)
         reasons, iterative = model.legality()
-        cand = CandidateGroup(tuple(names), not reasons, tuple(reasons), iterative, internal, reads, writes, self)
+        cand = CandidateGroup(tuple(names), not reasons, tuple(reasons), iterative, internal, reads, writes, self,
+                              model)
         cap = self.capacity_bytes
         if cap is not None and cand.legal and cand.buffer_min_bytes > cap:
             why = (f"needs {cand.buffer_min_bytes} bytes on chip even at tile 1, more than the capacity "
@@ -530,8 +534,10 @@ class _GroupModel:
 
         related = {r: {r} | _closure(r, self.parents) | _closure(r, self.children) for r in order}
 
+        iterating = {r: {n for n in self.names if not self.roots_of[n].isdisjoint(rel)} for r, rel in related.items()}
+
         def iterates(einsum: str, root: Node) -> bool:
-            return not self.roots_of[einsum].isdisjoint(related[root])
+            return einsum in iterating[root]
 
         terms = self._terms(set(tiled), names, pos, order, iterates, notes)
         ranks = tuple(GroupRank(names[r], tuple(sorted(self.members[r], key=lambda nd: (an.order[nd[0]], nd[1]))),

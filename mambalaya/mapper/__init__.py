@@ -2,12 +2,12 @@
 
 ``optimal_mapping(cascade, arch)`` enumerates legal candidate groups with their
 best tiling (:mod:`.space`), then picks the exact cover of the Einsums that
-minimises the summed group cost (:mod:`.solver`: CP-SAT by default, exhaustive
-search as the cross-check). ``map_command_result`` is the CLI's ``map --json``.
+minimises the summed group cost (:mod:`.solver`: SCIP by default, CP-SAT on request,
+exhaustive search as the cross-check). ``map_command_result`` is the CLI's ``map --json``.
 
 Objective costs are made integers for CP-SAT at a stated resolution
-(:func:`_resolution`): 1 ps or 1 byte, coarsened only when a cascade is so large
-that the summed integers would pass 2^50; the reported figures are re-evaluated in
+(:func:`_resolution`): 1 ps or 1 byte, coarsened only when an upper bound on the
+optimum (a known cover's cost) would pass 2^40 units; the reported figures are re-evaluated in
 floating point by the cost model, so rounding can only affect ties closer than
 ``resolution * groups``.
 """
@@ -57,10 +57,31 @@ class MapResult:
         return self.mapping.group_lists
 
 
-def _resolution(costs: list[float], objective: str, n: int) -> float:
+def upper_bound(space: Space, objective: str) -> float:
+    """The cost of some cover, an upper bound on the optimum: all-unfused when every singleton is a
+    candidate, else the sum over Einsums of the dearest candidate covering it (candidates are disjoint)."""
+    single = {c.einsums[0]: c.cost(objective) for c in space.candidates if len(c.einsums) == 1}
+    if len(single) == len(space.cascade.einsums):
+        return sum(single.values())
+    dearest: dict[str, float] = {}
+    for c in space.candidates:
+        for e in c.einsums:
+            dearest[e] = max(dearest.get(e, 0.0), c.cost(objective))
+    return sum(dearest.values())
+
+
+def _resolution(bound: float, objective: str) -> float:
+    """The integer unit of the solver's objective: 1 ps (1 byte), coarsened only when the optimum's
+    upper bound would pass 2^40 units, so rounding moves the optimum by at most ``groups/2^41`` of it.
+
+    Bug fixed here: the unit used to be scaled by the *dearest candidate* (a tile-1 group re-reading
+    its weights per token costs hours), which at published sizes made the unit larger than the
+    differences between mappings (mamba2 on h200: 0.4 ms against a 6.7 ms optimum), so whole-model
+    optima came out all-unfused while flagged optimal. Only the optimum's bound matters: candidates
+    dearer than that bound can never be chosen and are dropped before the solve.
+    """
     base = 1e-12 if objective == "latency" else 1.0
-    top = max(costs, default=0.0) * max(n, 1)
-    return max(base, top / 2**50)
+    return max(base, bound / 2**40)
 
 
 def explain_infeasible(space: Space) -> MappingError:
@@ -93,7 +114,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
                     max_cross: int = 8) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
-    ``method``: a registered solver (``ilp``/``cpsat`` default, ``exhaustive``). ``max_size`` caps the
+    ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``). ``max_size`` caps the
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
     crossing a layer boundary up to ``max_cross`` Einsums). Raises MappingError when nothing fits.
@@ -111,18 +132,21 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     space_s = time.perf_counter() - start
     if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
         raise explain_infeasible(space)
-    costs = [c.cost(objective) for c in space.candidates]
-    res = _resolution(costs, objective, len(cascade.einsums))
+    bound = upper_bound(space, objective)
+    # a candidate dearer than a whole cover is in no optimal cover (costs are non-negative)
+    cands = [c for c in space.candidates if c.cost(objective) <= bound * (1 + 1e-9)]
+    costs = [c.cost(objective) for c in cands]
+    res = _resolution(bound, objective)
     problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges),
-                      tuple(c.einsums for c in space.candidates), tuple(round(x / res) for x in costs))
+                      tuple(c.einsums for c in cands), tuple(round(x / res) for x in costs))
     remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
     sol: Solution = solve(problem, method, remaining)
     solve_s = time.perf_counter() - start
-    chosen: list[Candidate] = [space.candidates[i] for i in schedule(problem, sol.chosen)]
+    chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
     mapping.validate(cascade)
     report = evaluate(cascade, arch, mapping, ctx=space.ctx)
-    return MapResult(mapping, report, sol.optimal, sol.gap, solve_s, len(space.candidates), sol.method, objective,
+    return MapResult(mapping, report, sol.optimal, sol.gap, solve_s, len(cands), sol.method, objective,
                      sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts)
 
 

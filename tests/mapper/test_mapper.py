@@ -185,3 +185,42 @@ def test_random_cascades_ilp_equals_exhaustive(text: str, arch: str, objective: 
     assert ilp.optimal
     _same(ilp, ex)
     ilp.mapping.validate(c)
+
+
+# ---- whole models at published sizes (regression: integer resolution wiped out the optimum) ---------
+
+
+@pytest.mark.parametrize("name,arch", [("mamba2-decode", "imax3"), ("mamba1-decode", "h200"),
+                                       ("mamba2-decode", "mambalaya")])
+def test_chain_costs_layers_times_one_layer(name: str, arch: str) -> None:
+    """Without cross-layer groups (max_cross=1) the L-layer optimum is L one-layer optima plus the adapters."""
+    c = open_cascade(name, model="mamba2-370m" if "2" in name else "mamba-370m", params={"batch": 64})
+    one = optimal_mapping(c, arch)
+    assert one.optimal and one.resolution * len(c.einsums) <= one.objective_value * 1e-5
+    for n in (2, 8):
+        ch = optimal_mapping(c, arch, layers=n, max_cross=1)
+        names = {f"{e}_L{k}" for e in c.einsum_names for k in range(n)}
+        adapters = sum(g.latency_s for g in ch.report.groups if not set(g.einsums) <= names)
+        assert ch.optimal
+        assert math.isclose(ch.objective_value, n * one.objective_value + adapters, rel_tol=1e-9), \
+            (n, ch.objective_value, n * one.objective_value + adapters)
+        # with cross-layer groups allowed it can only get better
+        full = optimal_mapping(c, arch, layers=n)
+        assert full.objective_value <= ch.objective_value * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name,arch", [("mamba2-decode", "imax3"), ("attention", "imax3"), ("mamba1", "h200")])
+def test_dominance_pruning_keeps_the_optimum(name: str, arch: str, monkeypatch) -> None:
+    from mambalaya.mapper import space as sp
+
+    c = open_cascade(name)
+    pruned = optimal_mapping(c, arch)
+    monkeypatch.setattr(sp._Coster, "_split", lambda self, members: float("inf"))
+    full = optimal_mapping(c, arch)
+    assert full.candidates >= pruned.candidates
+    _same(pruned, full)
+
+
+def test_mip_and_cpsat_agree() -> None:
+    c = open_cascade("mamba2-decode")
+    _same(optimal_mapping(c, "imax3", method="mip"), optimal_mapping(c, "imax3", method="cpsat"))
