@@ -52,6 +52,8 @@ from mambalaya.ir.mapping import FusionGroup, Mapping
 PARALLEL_WORK = 1 << 18
 #: Smallest M, N and K for which the gather + BLAS path beats the point-wise loop.
 GEMM_MIN = 8
+#: Channels of the innermost parallel rank a fused scan advances together per step.
+SCAN_BLOCK = 32
 
 PRELUDE = '''\
 import math
@@ -126,6 +128,8 @@ class _Ctx:
     inline: frozenset[str] = frozenset()  # on-chip point-wise tensors recomputed at each read
     bounds: dict[str, tuple[str, str]] = field(default_factory=dict)  # tiled rank -> (lo, hi) of this tile
     marks: dict[str, tuple[str, int]] = field(default_factory=dict)  # boundary tensor -> (bitmap, counter slot)
+    #: (recurrence tensor, state array, state ranks) of a fused scan: its reads come from the local state
+    state: tuple[str, str, tuple[str, ...], dict[str, str]] | None = None
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
@@ -207,6 +211,15 @@ def _int_index(expr: sympy.Expr, rv: dict[str, str], values: dict, what: str) ->
 def _access(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
     """Emit a padded read; return the variable holding the value."""
     c = ctx.cascade
+    if ctx.state is not None and acc.tensor == ctx.state[0]:
+        # a fused scan's state (validated by scan_plan: the same point, this step or the one before)
+        e = c.einsum(acc.tensor)
+        pos = {r: p for p, r in enumerate(e.out_ranks)}
+        lo = ctx.state[3]
+        idx = [rv[str(acc.indices[pos[r]])] + (f" - {lo[r]}" if r in lo else "") for r in ctx.state[2]] or ["0"]
+        out = ctx.tmp()
+        ctx.emit(depth, f"{out} = {ctx.state[1]}[{', '.join(idx)}]")
+        return out
     if ctx.self_rec is not None and acc.tensor == ctx.self_rec[0]:
         return _self_read(ctx, acc, rv, depth)
     shape = c.shape(acc.tensor)
@@ -253,6 +266,45 @@ def inlinable(e: Einsum) -> bool:
     if e.where or e.recurrence is not None or e.reduced_ranks:
         return False
     return not any(isinstance(n, Reduce) for n in walk(e.expr)) and len(set(e.out_ranks)) == len(e.out_ranks)
+
+
+#: Largest number of times a reader may recompute an element-wise producer before it gets a buffer.
+RECOMPUTE_MAX = 4
+
+
+def inline_set(cascade: Cascade, plan: GroupPlan) -> frozenset[str]:
+    """The on-chip element-wise tensors recomputed at each read (the rest of the locals get buffers).
+
+    A producer is inlined unless some reader in the group would recompute each element more than
+    ``RECOMPUTE_MAX`` times (its point-wise nest iterates ranks the read does not index, as a
+    projection reading an activation for every output column would); a BLAS gather evaluates its
+    operand factors once per operand element, so a GEMM reader does not multiply the work.
+    """
+    c = cascade
+    out = set()
+    for t in plan.local:
+        if not inlinable(c.einsum(t)):
+            continue
+        worst = 1
+        for m in plan.members:
+            e = c.einsum(m)
+            if t not in e.reads or m == t:
+                continue
+            for _, term, summed in e.terms():
+                accs = [a for a in accesses(term) if a.tensor == t]
+                if not accs:
+                    continue
+                gp = _gemm_plan(c, e, term, summed)
+                for a in accs:
+                    if gp is not None:
+                        side = gp.a if any(x is a or a in accesses(x) for x in gp.a) else gp.b
+                        ranks = frozenset().union(*(free_ranks(x) for x in side))
+                    else:
+                        ranks = frozenset(e.ranks)
+                    worst = max(worst, math.prod(c.rank_sizes[r] for r in ranks - a.ranks()))
+        if worst <= RECOMPUTE_MAX:
+            out.add(t)
+    return frozenset(out)
 
 
 def _inlined(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
@@ -696,6 +748,216 @@ def plan_group(cascade: Cascade, groups: list[tuple[str, ...]], gi: int, mapping
     return GroupPlan(gi, tuple(names), tuple(reads), tuple(writes), tuple(local), tuple(aux), members)
 
 
+# ---- fused scans -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """An untiled group fused around one recurrence: one loop nest, the state in a small local array.
+
+    ``kernel`` loops over the ``outer`` ranks (flattened, ``prange``), then the iterative rank; per
+    step the element-wise producers are recomputed in registers, the consumers reading the state
+    before the update (``before``) run, the state over the ``inner`` ranks is updated in place, and
+    the consumers reading it after the update (``after``) run; ``finals`` copy the last state out.
+    The recurrence's full tensor exists only when it leaves the group.
+    """
+
+    rec: str
+    outer: tuple[str, ...]
+    inner: tuple[str, ...]
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    finals: tuple[str, ...]
+
+
+def _step_of(ix: sympy.Expr, t: str, values: dict) -> int | None:
+    """The offset ``k`` of an index ``t + k`` (None when it is not one)."""
+    syms = {str(s): s for s in ix.free_symbols if s.is_integer}
+    if set(syms) != {t}:
+        return None
+    d = sympy.simplify(_bind(ix, {t: t}, values) - syms[t])
+    return int(d) if d.is_Integer else None
+
+
+def scan_plan(cascade: Cascade, group: FusionGroup, plan: GroupPlan, inline: frozenset[str]) -> ScanPlan | None:
+    """The fused-scan shape of the group, or None when it does not have it (the general nest runs)."""
+    if tiled_loops(cascade, group):
+        return None
+    c = cascade
+    nonin = [m for m in plan.members if m not in inline]
+    recs = [m for m in nonin if c.einsum(m).recurrence is not None]
+    if len(recs) != 1:
+        return None
+    r_name = recs[0]
+    re_ = c.einsum(r_name)
+    rec = re_.recurrence
+    t = rec.rank
+    outs = re_.out_ranks
+    if re_.where or len(set(outs)) != len(outs) or any(s for _, _, s in re_.terms()):
+        return None
+    if any(isinstance(n, Reduce) for n in walk(re_.expr)):
+        return None
+    if any(c.shape(r_name)[p] != c.rank_sizes[r] for p, r in enumerate(outs)):
+        return None
+    produced = set(plan.members)
+    for m in inline:  # recomputed producers may read boundary tensors and each other only
+        if set(c.einsum(m).reads) & (produced - inline):
+            return None
+
+    def plain_at(acc: Access) -> int | None:
+        """The step offset of a read of the recurrence at its own point (None: another shape)."""
+        for p, (ix, r) in enumerate(zip(acc.indices, outs, strict=True)):
+            if p != rec.position and not (ix.is_Symbol and str(ix) == r):
+                return None
+        return _step_of(acc.indices[rec.position], t, c.values)
+
+    for acc in accesses(re_.expr):
+        if acc.tensor == r_name and plain_at(acc) != -1:
+            return None
+        if acc.tensor in produced and acc.tensor != r_name and acc.tensor not in inline:
+            return None
+    before, after, finals, consumer_outs = [], [], [], []
+    size_t = c.rank_sizes[t]
+    for m in nonin:
+        if m == r_name:
+            continue
+        e = c.einsum(m)
+        if e.where or e.recurrence is not None or any(isinstance(n, Reduce) and n.op == "cumsum"
+                                                          for n in walk(e.expr)):
+            return None
+        reads_r = [a for a in accesses(e.expr) if a.tensor == r_name]
+        if not reads_r:
+            return None
+        if any(a.tensor in produced and a.tensor not in inline and a.tensor != r_name for a in accesses(e.expr)):
+            return None
+        if isinstance(e.expr, Access) and e.expr.tensor == r_name:  # a final-state copy
+            ix = e.expr.indices[rec.position]
+            last = None if any(s.is_integer for s in ix.free_symbols) else _bind(ix, {}, c.values)
+            others = [str(x) for p, x in enumerate(e.expr.indices) if p != rec.position]
+            if (last is not None and last.is_Integer and int(last) == size_t - 1
+                    and all(x.is_Symbol for p, x in enumerate(e.expr.indices) if p != rec.position)
+                    and sorted(others) == sorted(e.out_ranks) and len(set(others)) == len(others)
+                    and all(o == r for o, r in zip((str(x) for x in e.expr.indices), outs, strict=True)
+                            if o in others)):
+                finals.append(m)
+                continue
+            return None
+        steps = {plain_at(a) for a in reads_r}
+        if len(steps) != 1 or steps - {0, -1}:
+            return None
+        if not set(e.ranks) <= set(outs) or t not in e.out_ranks or len(set(e.out_ranks)) != len(e.out_ranks):
+            return None
+        if e.out_ranks != tuple(r for r in outs if r in e.out_ranks):
+            return None  # stored in the recurrence's rank order (keeps the point loop simple)
+        (before if steps == {-1} else after).append(m)
+        consumer_outs.append(set(e.out_ranks))
+    rest = [r for r in outs if r != t]
+    outer = tuple(r for r in rest if all(r in o for o in consumer_outs))
+    inner = tuple(r for r in rest if r not in outer)
+    return ScanPlan(r_name, outer, inner, tuple(before), tuple(after), tuple(finals))
+
+
+def _emit_scan(ctx: _Ctx, sp: ScanPlan, plan: GroupPlan, dtype: str, depth: int) -> None:
+    c = ctx.cascade
+    re_ = c.einsum(sp.rec)
+    rec = re_.recurrence
+    t = rec.rank
+    size = c.rank_sizes
+    work = math.prod(size[r] for r in (*sp.outer, t, *sp.inner))
+    # the innermost outer rank runs in blocks inside the step loop: each step streams a contiguous
+    # row of the boundary tensors instead of one strided element per channel
+    blocked = sp.outer[-1] if sp.outer and size[sp.outer[-1]] >= 2 * SCAN_BLOCK else None
+    nblk = -(-size[blocked] // SCAN_BLOCK) if blocked else 1
+    outer = sp.outer[:-1] if blocked else sp.outer
+    n_outer = math.prod(size[r] for r in outer) * nblk
+    state_ranks = ((blocked,) if blocked else ()) + sp.inner
+    ctx.emit(depth, f"# fused scan of {sp.rec} over {t}: outer {', '.join(sp.outer) or '-'}, "
+                    f"state {', '.join(sp.inner) or '-'}")
+    loop = "prange" if work >= PARALLEL_WORK and n_outer >= 2 else "range"
+    ctx.emit(depth, f"for fo in {loop}({n_outer}):")
+    depth += 1
+    rem = "fo"
+    for k, r in enumerate(outer):
+        stride = math.prod(size[x] for x in outer[k + 1:]) * nblk
+        ctx.emit(depth, f"i_{r} = ({rem}) // {stride}" if stride != 1 else f"i_{r} = {rem}")
+        if stride != 1:
+            ctx.emit(depth, f"fo_{k} = ({rem}) % {stride}")
+            rem = f"fo_{k}"
+    lo: dict[str, str] = {}
+    if blocked:
+        lo[blocked] = f"lo_{blocked}"
+        ctx.emit(depth, f"lo_{blocked} = ({rem}) * {SCAN_BLOCK}")
+        ctx.emit(depth, f"hi_{blocked} = min(lo_{blocked} + {SCAN_BLOCK}, {size[blocked]})")
+        ctx.bounds[blocked] = (f"lo_{blocked}", f"hi_{blocked}")
+    st = "st"
+    shape = ", ".join(str(SCAN_BLOCK if r == blocked else size[r]) for r in state_ranks) or "1"
+    ctx.emit(depth, f"{st} = np.empty(({shape},), dtype=np.{dtype})")
+    sidx = ", ".join(f"i_{r}" + (f" - {lo[r]}" if r in lo else "") for r in state_ranks) or "0"
+    d = depth
+    for r in state_ranks:
+        d = _loop(ctx, d, r, size[r], False, tiled=True)
+    if rec.init is not None:
+        init_idx = ", ".join(f"i_{r}" for p, r in enumerate(re_.out_ranks) if p != rec.position) or "()"
+        ctx.emit(d, f"{st}[{sidx}] = {ctx.arrays[rec.init]}[{init_idx}]")
+    else:
+        ctx.emit(d, f"{st}[{sidx}] = 0.0")
+    ctx.state = (sp.rec, st, state_ranks, lo)
+    ctx.emit(depth, f"for i_{t} in range({size[t]}):")
+    body = depth + 1
+
+    def consumer(name: str) -> None:
+        e = c.einsum(name)
+        ctx.emit(body, f"# {e.text}")
+        d = body
+        for r in e.out_ranks:
+            if r in state_ranks:
+                d = _loop(ctx, d, r, size[r], False, tiled=True)
+        rv = _rv(e.ranks)
+        total = ctx.tmp("tot")
+        ctx.emit(d, f"{total} = 0.0")
+        for sign, term, summed in e.terms():
+            op = "+=" if sign > 0 else "-="
+            over = [r for r in e.ranks if r in summed]
+            if not over:
+                ctx.emit(d, f"{total} {op} {_node(ctx, term, rv, d)}")
+                continue
+            acc = ctx.tmp("acc")
+            ctx.emit(d, f"{acc} = 0.0")
+            dd = d
+            for r in over:
+                dd = _loop(ctx, dd, r, size[r], False)
+            ctx.emit(dd, f"{acc} += {_node(ctx, term, rv, dd)}")
+            ctx.emit(d, f"{total} {op} {acc}")
+        ctx.emit(d, f"{ctx.arrays[name]}[{', '.join(rv[r] for r in e.out_ranks)}] = {total}")
+
+    for name in sp.before:
+        consumer(name)
+    ctx.emit(body, f"# {re_.text}")
+    d = body
+    for r in state_ranks:
+        d = _loop(ctx, d, r, size[r], False, tiled=True)
+    rv = _rv(re_.ranks)
+    total = ctx.tmp("tot")
+    ctx.emit(d, f"{total} = 0.0")
+    for sign, term, _ in re_.terms():
+        ctx.emit(d, f"{total} {'+=' if sign > 0 else '-='} {_node(ctx, term, rv, d)}")
+    ctx.emit(d, f"{st}[{sidx}] = {total}")
+    if sp.rec in plan.writes:
+        ctx.emit(d, f"{ctx.arrays[sp.rec]}[{', '.join(rv[r] for r in re_.out_ranks)}] = {total}")
+    for name in sp.after:
+        consumer(name)
+    for name in sp.finals:
+        e = c.einsum(name)
+        ctx.emit(depth, f"# {e.text}")
+        d = depth
+        for r in state_ranks:
+            d = _loop(ctx, d, r, size[r], False, tiled=True)
+        idx = ", ".join(f"i_{r}" for r in e.out_ranks)
+        ctx.emit(d, f"{ctx.arrays[name]}[{idx}] = {st}[{sidx}]")
+    ctx.state = None
+    ctx.bounds.pop(blocked, None)
+
+
 def tiled_loops(cascade: Cascade, group: FusionGroup) -> tuple[tuple[str, int], ...]:
     """(rank, tile) of the group's tile loops, outer to inner: loop-order ranks tiled below their extent."""
     order = list(group.loop_order) + [r for r in group.tiles if r not in group.loop_order]
@@ -719,7 +981,7 @@ def group_source(cascade: Cascade, group: FusionGroup, plan: GroupPlan, dtype: s
     arrays = {t: f"a{i}" for i, t in enumerate(params)}
     for t in plan.local:
         arrays[t] = f"buf_{t}"
-    inline = frozenset(t for t in plan.local if inlinable(cascade.einsum(t)))
+    inline = inline_set(cascade, plan)
     ctx = _Ctx(cascade, arrays, inline=inline)
     nr = len(plan.reads)
     for i, t in enumerate(params):
@@ -730,9 +992,21 @@ def group_source(cascade: Cascade, group: FusionGroup, plan: GroupPlan, dtype: s
     ctx.emit(0, '@njit(cache=True, error_model="numpy", parallel=PARALLEL)')
     sig = [arrays[t] for t in params] + [f"m{i}" for i in range(len(params))]
     ctx.emit(0, f"def kernel({', '.join(sig)}, clr, tc, count):")
+    sp = scan_plan(cascade, group, plan, inline)
     for t in plan.local:
-        if t not in inline:
+        if t not in inline and not (sp is not None and t == sp.rec):
             ctx.emit(1, f"{arrays[t]} = np.empty({cascade.shape(t)}, dtype=np.{dtype})")
+    if sp is not None:  # one loop nest: every count mark first (untiled: no pass ends), then the scan
+        ctx.emit(1, "if count:")
+        ctx.lines.append("        pass")
+        for n in plan.members:
+            _emit_load_marks(ctx, cascade.einsum(n), 2)
+            if n in plan.writes:
+                _emit_store_marks(ctx, cascade.einsum(n), 2)
+        _emit_scan(ctx, sp, plan, dtype, 1)
+        ctx.emit(1, "return 0")
+        body = "\n".join(ctx.lines) + "\n"
+        return PRELUDE + f"PARALLEL = {'prange(' in body}\n\n\n" + body
     depth = 1
     for level, (r, tile) in enumerate(loops):
         size = cascade.rank_size(r)

@@ -58,7 +58,22 @@ def kernel_cache_dir() -> Path:
     return path
 
 
+_FINGERPRINTS: dict[int, tuple[Cascade, str]] = {}
+_VALID: dict[tuple[int, int], tuple[Cascade, Mapping]] = {}
+
+
 def _fingerprint(cascade: Cascade) -> str:
+    hit = _FINGERPRINTS.get(id(cascade))
+    if hit is not None and hit[0] is cascade:
+        return hit[1]
+    fp = _fingerprint_text(cascade)
+    if len(_FINGERPRINTS) > 256:
+        _FINGERPRINTS.clear()
+    _FINGERPRINTS[id(cascade)] = (cascade, fp)
+    return fp
+
+
+def _fingerprint_text(cascade: Cascade) -> str:
     parts = [cascade.name]
     parts += [e.text for e in cascade.einsums]
     parts += [f"{n}:{t.role}:{t.dtype}:{cascade.shape(n)}" for n, t in sorted(cascade.tensors.items())]
@@ -185,7 +200,13 @@ def run_fused(
         raise MambalayaError(f"the fused executor runs float64 or float32, not {dtype}")
     if buffer_bytes is not None and buffer_bytes <= 0:
         raise MambalayaError(f"buffer_bytes must be positive, got {buffer_bytes}")
-    mapping.validate(cascade)
+    vkey = (id(cascade), id(mapping))
+    seen = _VALID.get(vkey)
+    if seen is None or seen[0] is not cascade or seen[1] is not mapping:  # validated once per pair
+        mapping.validate(cascade)
+        if len(_VALID) > 256:
+            _VALID.clear()
+        _VALID[vkey] = (cascade, mapping)
     np_dtype = np.dtype(dtype)
     env = _prepare_inputs(cascade, inputs, np_dtype)
     compile_s = run_s = 0.0
@@ -207,7 +228,10 @@ def run_fused(
                 marks.append(shared.setdefault(t, np.zeros(cascade.shape(t), dtype=np.uint8)))
             else:
                 marks.append(np.zeros(cascade.shape(t) if count else (1,) * len(cascade.shape(t)), dtype=np.uint8))
-        clr = clear_levels(cascade, mapping.groups[gi], plan, buffer_bytes, weights_resident)
+        if count and buffer_bytes is not None:
+            clr = clear_levels(cascade, mapping.groups[gi], plan, buffer_bytes, weights_resident)
+        else:  # unbounded: every input stays on chip; uncounted: the levels are never read
+            clr = np.full(len(plan.params), -1, dtype=np.int64)
         tc = new_counter(len(plan.params))
         call = (*args, *marks, clr, tc, count)
         fresh = not kernel.signatures

@@ -28,7 +28,8 @@ def test_mamba1_fused_matches_transformers(tmp_path, arch: str, batch: int, seql
     assert np.abs(got - hf.mixer_forward(mixer, x)).max() <= TOL
 
 
-@pytest.mark.parametrize(("arch", "batch", "seqlen"), [("imax3", 2, 37), pytest.param("mambalaya", 1, 70, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(("arch", "batch", "seqlen"), [pytest.param("imax3", 2, 37, marks=pytest.mark.slow),
+                                                      pytest.param("mambalaya", 1, 70, marks=pytest.mark.slow)])
 def test_mamba2_fused_matches_transformers(tmp_path, arch: str, batch: int, seqlen: int) -> None:
     mixer = hf.make_mamba2(d_model=32, d_state=64, headdim=16, ngroups=1, chunk=16, seed=seqlen)
     config, weights = hf.save_mixer(mixer, None, tmp_path)

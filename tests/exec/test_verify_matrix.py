@@ -57,7 +57,8 @@ def _mappings(cascade, arch, kinds=("optimal", "greedy", "unfused")):
 
 
 #: the default suite's subset (numba compiles each group's kernel: keep it small)
-FAST = [("mamba1", "imax3", 2048, ("optimal", "greedy")), ("mlp2", "h100", 2048, ("optimal", "greedy", "unfused"))]
+FAST = [("mamba1", "imax3", 2048, ("optimal",)), ("mlp2", "h100", 2048, ("optimal", "greedy", "unfused")),
+        pytest.param("mamba1", "imax3", 2048, ("greedy",), marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize(("name", "arch_name", "buffer", "kinds"), FAST)
