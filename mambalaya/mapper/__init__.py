@@ -14,6 +14,7 @@ floating point by the cost model, so rounding can only affect ties closer than
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges),
                       tuple(c.einsums for c in cands), tuple(round(x / res) for x in costs))
     remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
-    sol: Solution = solve(problem, method, remaining)
+    sol = _by_layers(space, problem, res, method, layers) if layers > 1 and method in ("ilp", "mip", "scip") \
+        else None
+    if sol is None:
+        sol = solve(problem, method, remaining)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
@@ -148,6 +152,65 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     report = evaluate(cascade, arch, mapping, ctx=space.ctx)
     return MapResult(mapping, report, sol.optimal, sol.gap, solve_s, len(cands), sol.method, objective,
                      sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts)
+
+
+def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: int) -> Solution | None:
+    """The chain's optimum as the one-layer optimum in every layer, when a bound proves it; else None.
+
+    Proof (exact): with LP duals ``y`` of the one layer's set partition (GLOP), the Lagrangian bound
+    ``sum_e y_e + sum_c min(0, cost_c - y(c))`` over *every* chain candidate (each layer's copies
+    and the groups crossing a boundary, ``y`` repeated per layer) is a lower bound on the chain's
+    optimum (the acyclicity constraints only raise it). When it reaches ``layers x`` the one-layer
+    optimum, the replicated one-layer optimum (schedulable: layers only feed forward) is optimal.
+    Otherwise a cross-layer group may pay and the caller solves the whole chain.
+    """
+    from ortools.linear_solver import pywraplp
+
+    from mambalaya.ir.chain import layer_name, split_layer_name
+
+    one = getattr(space, "layer_space", None)
+    if one is None or len(problem.einsums) != layers * len(one.cascade.einsums):
+        return None  # adapter Einsums between layers: not a plain copy
+    costs1 = [round(c.cost(space.objective) / res) for c in one.candidates]
+    p1 = Problem(one.cascade.einsum_names, tuple(one.cascade.einsum_graph.edges),
+                 tuple(c.einsums for c in one.candidates), tuple(costs1))
+    sol1 = solve(p1, method)
+    # the periodic LP: every chain column folded onto one layer's Einsums (a group crossing a boundary
+    # covers its members' one-layer names); its duals y are feasible for every layer's copy of the column
+    folded: dict[tuple[str, ...], int] = {}
+    for g, c in zip(problem.groups, problem.costs, strict=True):
+        key = tuple(sorted(split_layer_name(e)[0] for e in g))
+        if c < folded.get(key, c + 1):
+            folded[key] = c
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    if lp is None:  # pragma: no cover
+        return None
+    rows = {e: lp.Constraint(1.0, 1.0) for e in p1.einsums}
+    obj = lp.Objective()
+    for key, c in folded.items():
+        v = lp.NumVar(0.0, lp.infinity(), "")
+        for e in key:
+            rows[e].SetCoefficient(v, rows[e].GetCoefficient(v) + 1.0)
+        obj.SetCoefficient(v, float(c))
+    obj.SetMinimization()
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    y1 = {e: rows[e].dual_value() for e in p1.einsums}
+    # Lagrangian bound with these y over every chain column (exact for any y; tolerances only weaken it)
+    bound = layers * sum(y1.values())
+    for g, c in zip(problem.groups, problem.costs, strict=True):
+        rc = c - sum(y1[split_layer_name(e)[0]] for e in g)
+        if rc < 0:
+            bound += rc
+    target = layers * sol1.objective
+    # integer objective: optimum >= ceil(bound); proven to SCIP's own tolerance (1e-9 of the objective)
+    if bound < target - max(0.5, 1e-9 * target) or not sol1.optimal:
+        return None
+    index = {g: i for i, g in enumerate(problem.groups)}
+    chosen = tuple(index[tuple(layer_name(split_layer_name(e)[0], k) for e in p1.groups[i])]
+                   for k in range(layers) for i in sol1.chosen)
+    value = sum(problem.costs[i] for i in chosen)
+    return Solution(chosen, value, True, min(value, math.ceil(bound - 1e-6)), "mip", sol1.cuts, sol1.nodes)
 
 
 def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",

@@ -34,6 +34,9 @@ one extra boolean per skipped write, linked to the consumers' choices).
 
 from __future__ import annotations
 
+import hashlib
+import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,7 +48,7 @@ from mambalaya.analysis.groups import CandidateGroup
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import compute_seconds, group_latency
-from mambalaya.cost.legality import plain_loop_order
+from mambalaya.cost.legality import GroupAnalysis, plain_loop_order
 from mambalaya.cost.traffic import group_traffic
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
@@ -95,6 +98,7 @@ class Space:
     best: dict[tuple[str, ...], float] = field(repr=False, default_factory=dict)  # least cover cost per group
     grown: set[tuple[str, ...]] = field(repr=False, default_factory=set)  # groups the enumeration grew from
     dominated: int = 0  # legal groups left out because a split of them costs no more
+    coster: object = field(repr=False, default=None)  # the _Coster that built it (its compiled buffer needs)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,56 @@ def _tile_options(size: int) -> list[int]:
     return opts
 
 
+@dataclass
+class _Shared:
+    """What the space of a cascade needs that no architecture changes: the group analyses (legality,
+    loop model, buffer need), compiled buffer needs, op counts, read footprints. Shared by every
+    arch and objective mapped on a cascade of the same structure and sizes (:func:`shared_analysis`)."""
+
+    analysis: GroupAnalysis
+    needs: dict = field(default_factory=dict)
+    ops: dict = field(default_factory=dict)
+    reads: dict = field(default_factory=dict)
+    footprints: dict = field(default_factory=dict)
+    buffers: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TrafficPlan:
+    """A group's traffic as a function of its tiles: per off-chip read (footprint bytes, the tiled loops
+    outside every rank indexing it, with their extents), plus its writes (bytes, count)."""
+
+    reads: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
+    write_bytes: int
+    writes: int
+
+
+#: Arch-independent analyses of the last few cascades, keyed by :func:`fingerprint`.
+_SHARED: OrderedDict[str, _Shared] = OrderedDict()
+SHARED_MAX = 4
+
+
+def fingerprint(cascade: Cascade) -> str:
+    """A digest of everything the analysis reads: params, rank extents, tensors, Einsums (not the name)."""
+    text = repr((sorted(cascade.params.items()), cascade.rank_exprs, cascade.tensors, cascade.einsums,
+                 cascade.meta.get("layers")))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def shared_analysis(cascade: Cascade) -> _Shared:
+    """The arch-independent analysis of ``cascade`` (cached for the last :data:`SHARED_MAX` cascades)."""
+    key = fingerprint(cascade)
+    got = _SHARED.get(key)
+    if got is None:
+        got = _SHARED[key] = _Shared(GroupAnalysis(cascade))
+        while len(_SHARED) > SHARED_MAX:
+            _SHARED.popitem(last=False)
+    else:
+        _SHARED.move_to_end(key)
+    return got
+
+
 class _Coster:
     """Chooses each group's tiling and costs it, caching by layer-relative shape."""
 
@@ -136,7 +190,15 @@ class _Coster:
         self.cascade, self.arch, self.objective = cascade, arch, objective
         # the buffer need of a group at given tiles, compiled once per group (same numbers as the analysis)
         self._needs: dict[tuple[str, ...], _Need] = {}
-        self.ctx = ctx or CostContext(cascade, arch, buffer_need=self._buffer_need)
+        self._plans: dict = {}
+        self._group_compute: dict[tuple[str, ...], float] = {}
+        self._fast = ctx is None  # the context's buffer need is this coster's (so precomputed plans agree)
+        if ctx is None:
+            sh = shared_analysis(cascade)
+            self._needs, self._plans = sh.needs, sh.plans
+            ctx = CostContext(cascade, arch, buffer_need=self._buffer_need, _ops=sh.ops, _reads=sh.reads,
+                              _footprints=sh.footprints, _buffers=sh.buffers, _analysis=sh.analysis)
+        self.ctx = ctx
         self.cap = arch.fusion_buffer_bytes
         self.layers = int(cascade.meta.get("layers", 1))
         self.shapes: dict[tuple, _Choice | Rejected | _Dominated] = {}
@@ -223,12 +285,61 @@ class _Coster:
     def _cost(self, members: tuple[str, ...], order: tuple[str, ...], tiles: dict[str, int]) -> _Choice:
         """``evaluate_group``'s traffic and latency, without building its per-Einsum rows (same sums,
         same order: the cost model's traffic rule, per-Einsum compute cached)."""
+        if self._fast:
+            return self._cost_fast(members, order, tiles)
         group = FusionGroup(members, order, tiles)
         rows = group_traffic(self.ctx, group)
         total = sum(r.bytes for r in rows)
         compute = sum(self._compute_s(e) for e in sorted(members, key=self._order.__getitem__))
         latency, _ = group_latency(self.arch, compute, total, sum(r.reread for r in rows))
         return _Choice(order, tuple(tiles.items()), total, latency, self.ctx.group_buffer_bytes(group))
+
+    def _traffic_plan(self, members: tuple[str, ...], order: tuple[str, ...]) -> _TrafficPlan:
+        """The traffic rule of ``group_traffic`` for this group, with the tiles left free (arch-independent)."""
+        key = (members, order)
+        plan = self._plans.get(key)
+        if plan is None:
+            rows = group_traffic(self.ctx, FusionGroup(members, order, {}))
+            reads, writes, nwrites = [], 0, 0
+            for r in rows:
+                if r.direction == "write":
+                    writes += r.bytes
+                    nwrites += 1
+                    continue
+                ranks = frozenset().union(*(self.ctx.reads(e)[r.tensor].ranks for e in members
+                                            if r.tensor in self.ctx.reads(e)))
+                outer = []
+                for rk in order:  # reread_factor's loops: tiled loops outside every rank indexing it
+                    if rk in ranks:
+                        break
+                    outer.append((rk, self.cascade.rank_size(rk)))
+                reads.append((r.footprint_bytes, tuple(outer)))
+            plan = self._plans[key] = _TrafficPlan(tuple(reads), writes, nwrites)
+        return plan
+
+    def _cost_fast(self, members: tuple[str, ...], order: tuple[str, ...], tiles: dict[str, int]) -> _Choice:
+        """:meth:`_cost` from a precomputed :class:`_TrafficPlan`: the same integers and float sums."""
+        plan = self._traffic_plan(members, order)
+        buf = self.need(members).at(tiles)
+        total, transfers = 0, 0
+        for fp, outer in plan.reads:
+            factor = 1
+            for rk, size in outer:
+                t = tiles.get(rk)
+                if t:
+                    factor *= math.ceil(size / t)
+            if factor > 1 and fp + buf <= self.cap:
+                factor = 1
+            total += fp * factor
+            transfers += factor
+        total += plan.write_bytes
+        transfers += plan.writes
+        compute = self._group_compute.get(members)
+        if compute is None:
+            compute = self._group_compute[members] = sum(
+                self._compute_s(e) for e in sorted(members, key=self._order.__getitem__))
+        latency, _ = group_latency(self.arch, compute, total, transfers)
+        return _Choice(order, tuple(tiles.items()), total, latency, buf)
 
     def _choose(self, members: tuple[str, ...]) -> _Choice | Rejected | _Dominated:
         cg = self.analyse(members)
@@ -287,6 +398,23 @@ class _Need:
                 else:
                     var.append((f.tile, f.full_size, f.halo_size))
             self.terms.append((const, tuple(var)))
+        self._memo: dict[tuple, int] = {}
+        self._grids: dict[tuple, np.ndarray] = {}
+
+    def at(self, tiles: dict[str, int]) -> int:
+        """``self(tiles)``, memoised (the tiling search asks the same tilings for every capacity and arch)."""
+        key = tuple(sorted(tiles.items()))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self(tiles)
+        return got
+
+    def grid_cached(self, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> np.ndarray:
+        key = (tuple(sorted(tiles.items())), r0, r1)
+        got = self._grids.get(key)
+        if got is None:
+            got = self._grids[key] = self.grid(tiles, r0, o0, r1, o1)
+        return got
 
     def grid(self, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> np.ndarray:
         """The need for every pair of tiles (o0[i], o1[j]) of two ranks, the others fixed (int64)."""
@@ -319,28 +447,9 @@ class _Need:
 def _largest_fit(need: _Need, tiles: dict[str, int], rank: str, size: int, cap: int) -> int | None:
     """The largest tile of ``rank`` (full extent or a power of two) fitting ``cap`` with the other tiles fixed."""
     opts = _tile_options(size)  # descending; need is monotone in the tile
-    base = 0  # the need as base + sum(coef * prod(min(t, full) + halo)) in the one free tile t
-    parts = []
-    for const, var in need.terms:
-        free = []
-        for r, full, halo in var:
-            if r == rank:
-                free.append((full, halo))
-            else:
-                t = tiles.get(r, full)
-                const *= (t if t < full else full) + halo
-        if free:
-            parts.append((const, free))
-        else:
-            base += const
 
     def fits(t: int) -> bool:
-        total = base
-        for const, free in parts:
-            for full, halo in free:
-                const *= (t if t < full else full) + halo
-            total += const
-        return total <= cap
+        return need.at({**tiles, rank: t}) <= cap
 
     lo, hi = 0, len(opts) - 1
     if not fits(opts[hi]):
@@ -369,11 +478,12 @@ def _tilings(cg: _Need, tiled: list[str], size: dict[str, int], cap: int) -> lis
         r0, r1 = tiled[0], tiled[1]
         rest = {r: size[r] for r in tiled[2:]}
         o0, o1 = _tile_options(size[r0]), _tile_options(size[r1])
-        fit = cg.grid(rest, r0, o0, r1, o1) <= cap  # [t0 option, t1 option], options descending
+        fit = cg.grid_cached(rest, r0, o0, r1, o1) <= cap  # [t0 option, t1 option], options descending
+        js = fit.argmax(axis=1)  # the largest fitting t1 (need is monotone in it)
+        ok = fit.any(axis=1)
         for i, t0 in enumerate(o0):
-            j = int(fit[i].argmax())  # the largest fitting t1 (need is monotone in it)
-            if fit[i, j]:
-                out.append({**rest, r0: t0, r1: o1[j]})
+            if ok[i]:
+                out.append({**rest, r0: t0, r1: o1[int(js[i])]})
     return out
 
 
@@ -425,6 +535,7 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     space.best = coster.best
     space.grown = {m for m, ch in kept.items() if not isinstance(ch, Rejected)}
     space.dominated = sum(isinstance(ch, _Dominated) for ch in kept.values())
+    space.coster = coster
     return space
 
 
@@ -496,5 +607,21 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
                 g = FusionGroup(names, ch.loop_order, dict(ch.tiles))
                 cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
         evaluations += coster.evaluations
-    ctx = CostContext(chained, arch)
-    return chained, Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
+    two_coster = coster if layers > 1 else None
+    within_names = set(layer.einsum_names)
+
+    def chained_need(group: FusionGroup) -> int:
+        """A chained group's buffer need from the one- or two-layer analysis it was costed with (the
+        same numbers: layers are renamed copies), so the report never analyses the whole chain."""
+        split = [split_layer_name(m) for m in group.einsums]
+        ks = {k or 0 for _, k in split}
+        lo = min(ks)
+        if len(ks) == 1 and all(b in within_names for b, _ in split):
+            return one.coster.need(tuple(b for b, _ in split)).at(group.tiles)
+        assert two_coster is not None
+        return two_coster.need(tuple(layer_name(b, (k or 0) - lo) for b, k in split)).at(group.tiles)
+
+    ctx = CostContext(chained, arch, buffer_need=chained_need)
+    space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
+    space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
+    return chained, space
