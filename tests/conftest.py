@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Triton reads TRITON_INTERPRET when its own library functions are defined, i.e. at import time, and
+# transformers (or torch) may import triton before the Triton tests run: without a GPU, choose the
+# interpreter here, before any test module is imported.
+if not Path("/dev/nvidia0").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

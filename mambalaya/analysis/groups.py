@@ -463,6 +463,26 @@ class _GroupModel:
                                               f"{m.producer_rank} twice ({' and '.join(m.indices)})")
         return reasons, untiled
 
+    def _name_clashes(self, names: dict[Node, str]) -> dict[Node, str]:
+        """Fused loops a mapping could not tile unambiguously, with why.
+
+        A mapping keys its tiles by rank name and the executors and the cost model apply a tile to
+        every Einsum rank of that name; so a loop is tileable only when every rank of its name in
+        the group belongs to it (a diagonal read such as ``T0[i,i,i]`` can put ``T0``'s ``j`` in the
+        loop of ``T1``'s ``i`` while ``T1`` has a ``j`` of its own).
+        """
+        an = self.an
+        out: dict[Node, str] = {}
+        for r, name in names.items():
+            if r == self.iter_root:
+                continue  # the iterative loop stays first and sequential (rule 2 and 3 govern it)
+            base = name.rstrip("'")
+            stray = sorted(e for e in self.names if base in an.rank_pos[e] and (e, base) not in self.members[r])
+            if stray:
+                out[r] = (f"{', '.join(stray)} also has a rank {base} outside this loop: a tile keyed by name "
+                          f"is ambiguous")
+        return out
+
     def _label(self) -> str:
         for n, r in self.recs:
             if self.root[(n, r)] == self.iter_root:
@@ -503,6 +523,7 @@ class _GroupModel:
         names = self.loop_names()
         fused = self.fused
         untiled = {r: why for r, why in self._untiled()[1].items() if r in names}
+        untiled.update({r: why for r, why in self._name_clashes(names).items() if r not in untiled})
         inner_piece = {self.root[child] for _, kids in self.links for child, sig in kids
                        if sig is not None and sig[2] is not None}
         replaced = {self.root[parent] for parent, kids in self.links if len({s for _, s in kids}) > 1}

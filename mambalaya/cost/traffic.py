@@ -232,6 +232,17 @@ def check_mapping(ctx: CostContext, mapping: Mapping) -> Mapping:
                 f"arch {ctx.arch.name!r} cannot fuse (can_fuse: false) but the mapping fuses "
                 f"[{', '.join(fused[0])}]: only the unfused mapping is admitted"
             )
+    for gi, g in enumerate(mapping.groups):
+        tiled = [r for r, t in g.tiles.items() if t < ctx.cascade.rank_size(r)]
+        if not tiled:
+            continue
+        allowed = {name for name, _ in ctx.analysis.tileable(g.einsums)}
+        bad = [r for r in tiled if r not in allowed]
+        if bad:
+            raise MappingError(
+                f"group {gi} ({', '.join(g.einsums)}) tiles {', '.join(bad)}, which the analysis keeps untiled "
+                f"(tileable here: {', '.join(sorted(allowed)) or 'none'}); see `mambalaya analyze`"
+            )
     return mapping
 
 

@@ -52,6 +52,21 @@ from mambalaya.ir.mapping import FusionGroup, Mapping
 PARALLEL_WORK = 1 << 18
 #: Smallest M, N and K for which the gather + BLAS path beats the point-wise loop.
 GEMM_MIN = 8
+#: Smallest N x K (M x K) for which a matrix-vector product (M or N small) goes to BLAS.
+GEMV_MIN = 1 << 12
+#: Run the batch points (or row blocks) of a BLAS product in ``prange``; the executor turns it off
+#: where it cannot make BLAS single-threaded (see :func:`mambalaya.exec.fused.blas_single_thread`).
+BLAS_IN_PRANGE = True
+#: Fewest rows of a row block of a BLAS product split across threads.
+GEMM_ROWS_MIN = 64
+
+
+def _threads() -> int:
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+#: Largest batch grid whose operand offsets are checked element by element for a direct BLAS view.
+VIEW_CHECK_MAX = 1 << 16
 #: Channels of the innermost parallel rank a fused scan advances together per step.
 SCAN_BLOCK = 32
 
@@ -268,6 +283,18 @@ def inlinable(e: Einsum) -> bool:
     return not any(isinstance(n, Reduce) for n in walk(e.expr)) and len(set(e.out_ranks)) == len(e.out_ranks)
 
 
+def _inlinable_masked(e: Einsum) -> bool:
+    """Point-wise like :func:`inlinable`, or point-wise under a ``where`` mask over its own output ranks
+    (the value is zero outside the mask): a causal decay mask is built per tile at its read."""
+    if inlinable(e):
+        return True
+    if not e.where or e.recurrence is not None or e.reduced_ranks:
+        return False
+    if any(isinstance(n, Reduce) for n in walk(e.expr)) or len(set(e.out_ranks)) != len(e.out_ranks):
+        return False
+    return {r for cmp in e.where for r in cmp.ranks()} <= set(e.out_ranks)
+
+
 #: Largest number of times a reader may recompute an element-wise producer before it gets a buffer.
 RECOMPUTE_MAX = 4
 
@@ -283,7 +310,7 @@ def inline_set(cascade: Cascade, plan: GroupPlan) -> frozenset[str]:
     c = cascade
     out = set()
     for t in plan.local:
-        if not inlinable(c.einsum(t)):
+        if not _inlinable_masked(c.einsum(t)):
             continue
         worst = 1
         for m in plan.members:
@@ -294,7 +321,7 @@ def inline_set(cascade: Cascade, plan: GroupPlan) -> frozenset[str]:
                 accs = [a for a in accesses(term) if a.tensor == t]
                 if not accs:
                     continue
-                gp = _gemm_plan(c, e, term, summed)
+                gp = _np_gemm_plan(c, e, term, summed)
                 for a in accs:
                     if gp is not None:
                         side = gp.a if any(x is a or a in accesses(x) for x in gp.a) else gp.b
@@ -325,6 +352,8 @@ def _inlined(ctx: _Ctx, acc: Access, rv: dict[str, str], depth: int) -> str:
     out = ctx.tmp()
     d = depth
     ctx.emit(d, f"{out} = 0.0")
+    if e.where:  # a masked producer: zero outside its mask (mask ranks are its output ranks)
+        conds.append(f"({_mask_code(e, inner, c.values)})")
     if conds:
         ctx.emit(d, f"if {' and '.join(conds)}:")
         d += 1
@@ -525,8 +554,12 @@ class _Gemm:
     k: tuple[str, ...]
 
 
-def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Gemm | None:
-    """Split a summed product into two operand groups for BLAS, or None when it is not worth it."""
+def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str], vector: bool = False) -> _Gemm | None:
+    """Split a summed product into two operand groups for BLAS, or None when it is not worth it.
+
+    ``vector``: a matrix-vector product (M or N below ``GEMM_MIN``, as a decode step's projections at
+    batch 1) qualifies too when the other two sizes are large; the Triton backend keeps the default.
+    """
     if e.where or e.recurrence is not None or not summed:
         return None
     factors = multiplicative_factors(term)
@@ -540,7 +573,9 @@ def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Ge
         gb = [i for i in range(len(factors)) if not mask >> i & 1]
         ra = frozenset().union(*(fr[i] for i in ga))
         rb = frozenset().union(*(fr[i] for i in gb))
-        if not summed <= (ra & rb) or set(e.out_ranks) - (ra | rb):
+        # (a summed rank of size 1 may index one side only: the decode step's token rank)
+        shared = summed if not vector else frozenset(r for r in summed if size[r] != 1)
+        if not shared <= (ra & rb) or set(e.out_ranks) - (ra | rb):
             continue
         ordered = [r for r in e.ranks]
         batch = tuple(r for r in ordered if r in (ra & rb) - summed)
@@ -549,8 +584,9 @@ def _gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Ge
         k = tuple(r for r in ordered if r in summed)
         ms, ns, ks = (math.prod(size[r] for r in g) for g in (m, n, k))
         if min(ms, ns, ks) < GEMM_MIN:
-            continue
-        score = min(ms, ns) * ks
+            if not vector or ks < GEMM_MIN or max(ms, ns) * ks < GEMV_MIN:
+                continue
+        score = min(ms, ns) * ks if min(ms, ns) >= GEMM_MIN else max(ms, ns) * ks // GEMV_MIN
         if score > best_score:
             best_score = score
             best = _Gemm(tuple(factors[i] for i in ga), tuple(factors[i] for i in gb), batch, m, n, k)
@@ -567,23 +603,166 @@ def _flat(ctx: _Ctx, ranks: tuple[str, ...], tiled: bool) -> str:
     return code
 
 
-def _emit_gemm(ctx: _Ctx, e: Einsum, out: str, depth: int, sign: int, plan: _Gemm) -> None:
-    """Gather both operand groups of this tile into contiguous matrices per batch point, np.dot, scatter-add."""
-    size = ctx.cascade.rank_sizes
-    ms = " * ".join(_extent(ctx, r, True) for r in plan.m) or "1"
-    ns = " * ".join(_extent(ctx, r, True) for r in plan.n) or "1"
-    ks = " * ".join(_extent(ctx, r, False) for r in plan.k) or "1"
-    # no prange around np.dot: BLAS threads itself, and OpenBLAS inside an OpenMP loop misbehaves
-    for r in plan.batch:
-        depth = _loop(ctx, depth, r, size[r], False, tiled=True)
+def _np_gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> _Gemm | None:
+    """The Numba executor's split: matrix-vector products (decode at batch 1) go to BLAS too."""
+    return _gemm_plan(c, e, term, summed, vector=True)
+
+
+def _index_range_ok(c: Cascade, expr: sympy.Expr, lo_add: int, hi_add: int, limit: int) -> bool:
+    """Whether ``expr + lo_add .. expr + hi_add`` stays inside ``[0, limit)`` for every value of its ranks."""
+    syms = sorted(expr.free_symbols, key=str)
+    if not syms:
+        v = expr
+        return bool(v.is_Integer) and 0 <= int(v) + lo_add and int(v) + hi_add < limit
+    if any(str(s) not in c.rank_sizes for s in syms):
+        return False
+    sizes = [c.rank_sizes[str(s)] for s in syms]
+    if math.prod(sizes) > VIEW_CHECK_MAX:
+        return False
+    import numpy as np
+
+    grid = np.meshgrid(*[np.arange(n) for n in sizes], indexing="ij")
+    vals = np.asarray(sympy.lambdify(syms, expr, "numpy")(*grid), dtype=np.float64)
+    if not np.all(vals == np.round(vals)):
+        return False
+    return bool(vals.min() + lo_add >= 0 and vals.max() + hi_add < limit)
+
+
+def _view_code(arr: str, parts: list[str]) -> str:
+    """``arr[parts]`` without trailing full slices: numba then keeps a contiguous block typed contiguous
+    (``W[a:b]`` is C, ``W[a:b, :]`` is not), so np.dot reads it in place instead of copying it."""
+    while parts and parts[-1] == ":":
+        parts = parts[:-1]
+    return f"{arr}[{', '.join(parts)}]" if parts else arr
+
+
+def _matrix_view(ctx: _Ctx, e: Einsum, factors: tuple[Node, ...], outer: tuple[str, ...],
+                 inner: tuple[str, ...], t_outer: bool, t_inner: bool) -> tuple[str, int] | None:
+    """A direct view of a one-read operand as the [outer, inner] matrix (code, 2), or as the vector over
+    its one non-empty side (code, 1): an array slice after fixing the other ranks, so BLAS reads it in
+    place (numba copies a strided slice to a contiguous one, a vectorised memcpy). None: gather it."""
+    c = ctx.cascade
+    if len(factors) != 1 or not isinstance(factors[0], Access) or (not outer and not inner):
+        return None
+    acc = factors[0]
+    t = acc.tensor
+    if (t in ctx.inline or t not in ctx.arrays or (ctx.state is not None and ctx.state[0] == t)
+            or (ctx.self_rec is not None and ctx.self_rec[0] == t)):
+        return None
+    shape = c.shape(t)
+    if len(acc.indices) != len(shape):
+        return None
+    size = c.rank_sizes
+    mat = (*outer, *inner)
     rv = _rv(e.ranks)
-    ga, gb, gc = ctx.tmp("ga"), ctx.tmp("gb"), ctx.tmp("gc")
-    ctx.emit(depth, f"{ga} = np.empty(({ms}, {ks}), dtype={out}.dtype)")
-    ctx.emit(depth, f"{gb} = np.empty(({ks}, {ns}), dtype={out}.dtype)")
-    for mat, ranks_outer, ranks_inner, factors, t_out, t_in in (
-        (ga, plan.m, plan.k, plan.a, True, False),
-        (gb, plan.k, plan.n, plan.b, False, True),
+    fixed = set(e.ranks) - set(mat)  # batch ranks and size-1 ranks: scalars here
+    parts, axes, whole = [], [], True
+    for pos, ix in enumerate(acc.indices):
+        b = _bind(ix, rv, c.values)
+        syms = {str(x): x for x in b.free_symbols}
+        here = [r for r in mat if r in syms]
+        if len(here) > 1 or set(syms) - fixed - set(here):
+            return None
+        if not here:
+            if not _index_range_ok(c, b, 0, 0, shape[pos]):
+                return None
+            parts.append(_int_index(b, rv, c.values, t))
+            whole = False
+            continue
+        r = here[0]
+        rest = sympy.expand(b - syms[r])
+        if syms[r] in rest.free_symbols or not _index_range_ok(c, rest, 0, size[r] - 1, shape[pos]):
+            return None
+        tiled = r in ctx.bounds and ((r in outer and t_outer) or (r in inner and t_inner))
+        axes.append(r)
+        if rest == 0 and not tiled and size[r] == shape[pos]:
+            parts.append(":")
+            continue
+        whole = False
+        start = _int_index(rest, rv, c.values, t) if rest != 0 else "0"
+        if tiled:
+            lo, hi = ctx.bounds[r]
+            parts.append(f"{start} + {lo}:{start} + {hi}")
+        else:
+            parts.append(f"{start}:{start} + {size[r]}")
+    arr = ctx.arrays[t]
+    if len(outer) <= 1 and len(inner) <= 1:
+        view = _view_code(arr, parts)
+        if not outer or not inner:
+            return view, 1
+        if axes == [outer[0], inner[0]]:
+            return view, 2
+        return f"{view}.T", 2
+    if not whole or not outer or not inner:
+        return None
+    mo = math.prod(size[r] for r in outer)
+    ki = math.prod(size[r] for r in inner)
+    if tuple(axes) == mat:
+        return f"{arr}.reshape(({mo}, {ki}))", 2
+    if tuple(axes) == (*inner, *outer):
+        return f"{arr}.reshape(({ki}, {mo})).T", 2
+    return None
+
+
+def _emit_gemm(ctx: _Ctx, e: Einsum, out: str, depth: int, sign: int, plan: _Gemm, assign: bool = False) -> None:
+    """One BLAS product per batch point of this tile: each operand a direct array view where its layout
+    allows (see :func:`_matrix_view`), else gathered into a contiguous matrix; the result is stored
+    through a view of the output, or scattered. ``assign``: the output tile was not zeroed (the
+    Einsum's only term), so the product is stored, not added. Batch points run in sequence.
+    """
+    c = ctx.cascade
+    size = c.rank_sizes
+    one = [r for r in (*plan.batch, *plan.m, *plan.n, *plan.k) if size[r] == 1]
+    batch = tuple(r for r in plan.batch if r not in one)
+    gm = tuple(r for r in plan.m if r not in one)
+    gn = tuple(r for r in plan.n if r not in one)
+    gk = tuple(r for r in plan.k if r not in one)
+    for r in one:
+        ctx.emit(depth, f"i_{r} = 0")
+    ms = " * ".join(_extent(ctx, r, True) for r in gm) or "1"
+    ns = " * ".join(_extent(ctx, r, True) for r in gn) or "1"
+    ks = " * ".join(_extent(ctx, r, False) for r in gk) or "1"
+    nb = math.prod(size[r] for r in batch)
+    # the kernel's threads run the products (the executor keeps BLAS single-threaded while kernels run:
+    # a pthreads OpenBLAS inside an OpenMP loop may hang), over the batch points or else over row blocks
+    par = BLAS_IN_PRANGE and _work(c, e) >= PARALLEL_WORK
+    rows = gm[0] if len(gm) == 1 and gm[0] not in ctx.bounds else None
+    nblk = min(_threads(), size[rows] // GEMM_ROWS_MIN) if rows else 0
+    blocked = None
+    if par and batch and nb >= 2 and not any(r in ctx.bounds for r in batch):
+        ctx.emit(depth, f"for fb in prange({nb}):")
+        depth += 1
+        for i, r in enumerate(batch):
+            stride = math.prod(size[x] for x in batch[i + 1:])
+            ctx.emit(depth, f"i_{r} = (fb // {stride}) % {size[r]}" if stride != 1 else f"i_{r} = fb % {size[r]}")
+    elif par and nblk >= 2 and not batch:
+        blocked = rows
+        step = -(-size[rows] // nblk)
+        ctx.emit(depth, f"for fb in prange({nblk}):")
+        depth += 1
+        ctx.emit(depth, f"lo_{rows} = fb * {step}")
+        ctx.emit(depth, f"hi_{rows} = min(lo_{rows} + {step}, {size[rows]})")
+        ctx.bounds[rows] = (f"lo_{rows}", f"hi_{rows}")
+        ms = _extent(ctx, rows, True)
+    else:
+        for r in batch:
+            depth = _loop(ctx, depth, r, size[r], False, tiled=True)
+    rv = _rv(e.ranks)
+    va = _matrix_view(ctx, e, plan.a, gm, gk, True, False)
+    vb = _matrix_view(ctx, e, plan.b, gk, gn, False, True)
+    if va is not None and vb is not None and va[1] == 1 and vb[1] == 1:
+        vb = None
+    sides = []
+    for view, mat_ranks, factors, t_out, t_in, shape in (
+        (va, (gm, gk), plan.a, True, False, (ms, ks)),
+        (vb, (gk, gn), plan.b, False, True, (ks, ns)),
     ):
+        if view is not None:
+            sides.append(view)
+            continue
+        mat = ctx.tmp("g")
+        ctx.emit(depth, f"{mat} = np.empty(({shape[0]}, {shape[1]}), dtype={out}.dtype)")
+        ranks_outer, ranks_inner = mat_ranks
         d = depth
         for r in ranks_outer:
             d = _loop(ctx, d, r, size[r], False, tiled=t_out)
@@ -592,13 +771,53 @@ def _emit_gemm(ctx: _Ctx, e: Einsum, out: str, depth: int, sign: int, plan: _Gem
         vals = [_node(ctx, f, rv, d) for f in factors]
         ctx.emit(d, f"{mat}[{_flat(ctx, ranks_outer, t_out)}, {_flat(ctx, ranks_inner, t_in)}] = "
                     f"{' * '.join(vals)}")
-    ctx.emit(depth, f"{gc} = np.dot({ga}, {gb})")
+        sides.append((mat, 2))
+    (ca, da), (cb, db) = sides
+    gc = ctx.tmp("gc")
+    ctx.emit(depth, f"{gc} = np.dot({ca}, {cb})")
+    kind = "mn" if da == db == 2 else ("n" if da == 1 else "m")
+    op = "=" if assign else ("+=" if sign > 0 else "-=")
+    # the result through a view of the output (its m and n ranks sliced, the others fixed)
+    if len(gm) <= 1 and len(gn) <= 1:
+        parts, axes = [], []
+        for r in e.out_ranks:
+            if r in gm or r in gn:
+                axes.append(r)
+                parts.append(f"{ctx.bounds[r][0]}:{ctx.bounds[r][1]}" if r in ctx.bounds else ":")
+            else:
+                parts.append(f"i_{r}")
+        if kind == "mn":
+            if len(axes) == 2:
+                rhs = gc if axes == [*gm, *gn] else f"{gc}.T"
+            elif gn:
+                rhs = f"{gc}[0]"
+            elif gm:
+                rhs = f"{gc}[:, 0]"
+            else:
+                rhs = None
+        else:
+            rhs = gc if len(axes) == 1 else None
+        if rhs is not None:
+            view = _view_code(out, parts)
+            if view == out:  # the whole output: store into it, do not rebind the name
+                view = f"{out}[:]"
+            if assign:
+                ctx.emit(depth, f"{view} = {rhs}")
+            else:
+                ov = ctx.tmp("ov")
+                ctx.emit(depth, f"{ov} = {view}")
+                ctx.emit(depth, f"{ov} {op} {rhs}")
+            if blocked:
+                ctx.bounds.pop(blocked)
+            return
     d = depth
-    for r in (*plan.m, *plan.n):
+    for r in (*gm, *gn):
         d = _loop(ctx, d, r, size[r], False, tiled=True)
-    op = "+=" if sign > 0 else "-="
-    ctx.emit(d, f"{out}[{', '.join(rv[r] for r in e.out_ranks)}] {op} {gc}[{_flat(ctx, plan.m, True)}, "
-                f"{_flat(ctx, plan.n, True)}]")
+    fm, fn = _flat(ctx, gm, True), _flat(ctx, gn, True)
+    cell = {"mn": f"{gc}[{fm}, {fn}]", "n": f"{gc}[{fn}]", "m": f"{gc}[{fm}]"}[kind]
+    ctx.emit(d, f"{out}[{', '.join(rv[r] for r in e.out_ranks)}] {op} {cell}")
+    if blocked:
+        ctx.bounds.pop(blocked)
 
 
 def emit_einsum(ctx: _Ctx, e: Einsum, order: tuple[str, ...], depth: int) -> None:
@@ -606,10 +825,13 @@ def emit_einsum(ctx: _Ctx, e: Einsum, order: tuple[str, ...], depth: int) -> Non
     c = ctx.cascade
     out = ctx.arrays[e.name]
     terms = e.terms()
-    plans = [_gemm_plan(c, e, t, s) for _, t, s in terms]
+    plans = [_np_gemm_plan(c, e, t, s) for _, t, s in terms]
     ctx.emit(depth, f"# {e.text}")
     if not any(plans):
         _emit_pointwise(ctx, e, out, order, depth, terms)
+        return
+    if len(terms) == 1 and terms[0][0] > 0:  # one product: stored straight, no zeroing pass
+        _emit_gemm(ctx, e, out, depth, 1, plans[0], assign=True)
         return
     d = depth  # zero this tile of the output, then accumulate the GEMM terms and the rest
     for r in e.out_ranks:

@@ -21,13 +21,16 @@ import importlib.util
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba.core.errors import NumbaPerformanceWarning
 
 from mambalaya.errors import MambalayaError
+from mambalaya.exec import codegen
 from mambalaya.exec.codegen import GroupPlan, group_source, plan_group, tiled_loops
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.exec.traffic_counter import counted_bytes, new_counter
@@ -56,6 +59,46 @@ def kernel_cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _openblas_threads() -> tuple[Any, Any] | None:
+    """(set, get) of the thread count of the OpenBLAS that numba's np.dot calls (scipy's), or None."""
+    import ctypes
+    import glob
+
+    try:
+        import scipy
+
+        libs = glob.glob(os.path.join(os.path.dirname(scipy.__file__), "..", "scipy.libs", "*openblas*"))
+        for path in libs:
+            lib = ctypes.CDLL(path)
+            for prefix in ("scipy_openblas", "openblas"):
+                if hasattr(lib, f"{prefix}_set_num_threads") and hasattr(lib, f"{prefix}_get_num_threads"):
+                    return getattr(lib, f"{prefix}_set_num_threads"), getattr(lib, f"{prefix}_get_num_threads")
+    except (ImportError, OSError):
+        pass
+    return None
+
+
+_BLAS = _openblas_threads()
+if _BLAS is None:  # cannot keep BLAS single-threaded inside the kernels' OpenMP loops: products run serially
+    codegen.BLAS_IN_PRANGE = False
+
+
+class blas_single_thread:
+    """While kernels run, BLAS runs on one thread: the kernels' ``prange`` loops parallelise the products
+    (OpenBLAS's own thread pool inside an OpenMP loop may hang, and outside one it fights the spinning
+    OpenMP workers for the cores)."""
+
+    def __enter__(self) -> None:
+        self.saved = None
+        if _BLAS is not None:
+            self.saved = int(_BLAS[1]())
+            _BLAS[0](1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None and _BLAS is not None:
+            _BLAS[0](self.saved)
 
 
 _FINGERPRINTS: dict[int, tuple[Cascade, str]] = {}
@@ -237,13 +280,16 @@ def run_fused(
         fresh = not kernel.signatures
         t1 = time.perf_counter()
         if fresh:  # first call compiles (or loads Numba's disk cache): time it as compile, then rerun
-            kernel.compile(tuple(kernel.typeof_pyval(a) for a in call))
+            with warnings.catch_warnings():  # np.dot on strided views: numba copies them, by design
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                kernel.compile(tuple(kernel.typeof_pyval(a) for a in call))
             t2 = time.perf_counter()
             compile_s += t2 - t0
             t1 = t2
         else:
             compile_s += t1 - t0
-        kernel(*call)
+        with blas_single_thread():
+            kernel(*call)
         per_group_s.append(time.perf_counter() - t1)
         run_s += per_group_s[-1]
         per_group.append(counted_bytes(cascade, plan.params, tc, by_tensor))
