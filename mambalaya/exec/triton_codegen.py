@@ -909,7 +909,7 @@ def _inlinable(e: Einsum) -> bool:
 
 
 def _plain(acc: Access, ranks: tuple[str, ...] | list[str]) -> bool:
-    return len(acc.indices) == len(ranks) and all(ix.is_Symbol and str(ix) == r for ix, r in zip(acc.indices, ranks))
+    return len(acc.indices) == len(ranks) and all(ix.is_Symbol and str(ix) == r for ix, r in zip(acc.indices, ranks, strict=False))
 
 
 def _scan_fusion(c: Cascade, names: tuple[str, ...], inline: frozenset[str], local: tuple[str, ...]
@@ -988,7 +988,7 @@ def _final_reader(c: Cascade, e: Einsum, g: Einsum, accs: list[Access]) -> bool:
         return False
     last = c.rank_sizes[rec.rank] - 1
     for a in accs:
-        for pos, (ix, r) in enumerate(zip(a.indices, e.out_ranks)):
+        for pos, (ix, r) in enumerate(zip(a.indices, e.out_ranks, strict=False)):
             if pos == rec.position:
                 b = _bind(ix, {}, c.values)
                 if not (_is_const(b) and int(b) == last):
@@ -1014,7 +1014,7 @@ def _linear_split(c: Cascade, e: Einsum) -> tuple[list, list] | None:
         if len(selfs) != 1 or len(own) != 1:
             return None
         acc = own[0]
-        for pos, (ix, r) in enumerate(zip(acc.indices, e.out_ranks)):
+        for pos, (ix, r) in enumerate(zip(acc.indices, e.out_ranks, strict=False)):
             if pos == rec.position:
                 syms = [x for x in ix.free_symbols if str(x) == r]
                 if len(ix.free_symbols) != 1 or not syms or sympy.expand(ix - syms[0]) != -1:
