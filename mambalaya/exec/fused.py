@@ -32,7 +32,7 @@ from numba.core.errors import NumbaPerformanceWarning
 from mambalaya.errors import MambalayaError
 from mambalaya.exec import codegen
 from mambalaya.exec.codegen import GroupPlan, group_source, plan_group, tiled_loops
-from mambalaya.exec.reference import random_inputs, run_reference
+from mambalaya.exec.reference import prepare_inputs, random_inputs, run_reference
 from mambalaya.exec.traffic_counter import counted_bytes, new_counter
 from mambalaya.fileio import write_atomic
 from mambalaya.ir.cascade import Cascade
@@ -163,23 +163,6 @@ def _group_key(mapping: Mapping, gi: int) -> tuple:
     return (tuple(g.einsums), tuple(g.loop_order), tuple(sorted(g.tiles.items())), tuple(g.recompute), others)
 
 
-def _prepare_inputs(cascade: Cascade, inputs: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
-    env: dict[str, np.ndarray] = {}
-    inits = {e.recurrence.init for e in cascade.einsums if e.recurrence and e.recurrence.init}
-    for name in cascade.inputs():
-        expected = cascade.shape(name)
-        if name not in inputs:
-            if name in inits:
-                env[name] = np.zeros(expected, dtype=dtype)
-                continue
-            raise MambalayaError(f"input tensor {name} (shape {expected}) is missing")
-        arr = np.asarray(inputs[name])
-        if arr.shape != expected:
-            raise MambalayaError(f"input tensor {name} has shape {arr.shape}, the cascade expects {expected}")
-        env[name] = np.ascontiguousarray(arr, dtype=dtype)
-    return env
-
-
 def clear_levels(
     cascade: Cascade,
     group: FusionGroup,
@@ -251,7 +234,7 @@ def run_fused(
             _VALID.clear()
         _VALID[vkey] = (cascade, mapping)
     np_dtype = np.dtype(dtype)
-    env = _prepare_inputs(cascade, inputs, np_dtype)
+    env = prepare_inputs(cascade, inputs, np_dtype)
     compile_s = run_s = 0.0
     by_tensor: dict[str, dict[str, int]] = {}
     per_group: list[int] = []

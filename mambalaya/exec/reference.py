@@ -240,17 +240,8 @@ def _masked(val: Value, mask: Value) -> Value:
 # ---- public API ----------------------------------------------------------
 
 
-def run_reference(
-    cascade: Cascade,
-    inputs: dict[str, np.ndarray],
-    dtype: str | np.dtype = "float64",
-    keep: str = "all",
-) -> dict[str, np.ndarray]:
-    """Execute ``cascade`` on ``inputs``; return every tensor (``keep="all"``) or the outputs.
-
-    Missing initial states default to zeros; any other missing input is an error.
-    """
-    dtype = np.dtype(dtype)
+def prepare_inputs(cascade: Cascade, inputs: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Every input and weight as a contiguous array of ``dtype``, shapes checked; initial states default to 0."""
     env: dict[str, np.ndarray] = {}
     inits = {e.recurrence.init for e in cascade.einsums if e.recurrence and e.recurrence.init}
     for name in cascade.inputs():
@@ -263,7 +254,22 @@ def run_reference(
         arr = np.asarray(inputs[name])
         if arr.shape != expected:
             raise MambalayaError(f"input tensor {name} has shape {arr.shape}, the cascade expects {expected}")
-        env[name] = arr.astype(dtype)
+        env[name] = np.ascontiguousarray(arr, dtype=dtype)
+    return env
+
+
+def run_reference(
+    cascade: Cascade,
+    inputs: dict[str, np.ndarray],
+    dtype: str | np.dtype = "float64",
+    keep: str = "all",
+) -> dict[str, np.ndarray]:
+    """Execute ``cascade`` on ``inputs``; return every tensor (``keep="all"``) or the outputs.
+
+    Missing initial states default to zeros; any other missing input is an error.
+    """
+    dtype = np.dtype(dtype)
+    env = prepare_inputs(cascade, inputs, dtype)
     ev = _Evaluator(cascade, env, dtype)
     for e in cascade.einsums:
         env[e.name] = ev.einsum(e)

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import MambalayaError
-from mambalaya.exec.fused import _prepare_inputs, kernel_cache_dir
-from mambalaya.exec.reference import _Evaluator, random_inputs, run_reference
+from mambalaya.exec.fused import kernel_cache_dir
+from mambalaya.exec.reference import _Evaluator, prepare_inputs, random_inputs, run_reference
 from mambalaya.exec.triton_codegen import PRECISIONS, TritonGroupPlan, Unsupported, group_plan, group_source
 from mambalaya.fileio import write_atomic
 from mambalaya.ir.cascade import Cascade
@@ -184,7 +184,7 @@ def run_triton(
     cuda = dev.type == "cuda"
     np_dtype = np.dtype(dtype)
     tdt = torch.float64 if dtype == "float64" else torch.float32
-    env: dict[str, Any] = {k: torch.from_numpy(v).to(dev) for k, v in _prepare_inputs(cascade, inputs, np_dtype).items()}
+    env: dict[str, Any] = {k: torch.from_numpy(v).to(dev) for k, v in prepare_inputs(cascade, inputs, np_dtype).items()}
     runs: list[GroupRun] = []
     launches: list[tuple[Any, tuple, list, dict]] = []
     compile_s = 0.0
