@@ -8,6 +8,15 @@ modelled speedup over unfused, the groups fused and the peak process RSS (getrus
     PYTHONPATH=. python benchmarks/bench_mapper.py --optimum          # groups per arch, seqlen 4096
     PYTHONPATH=. python benchmarks/bench_mapper.py --render a.json b.json   # merge runs into mapper.md
 
+The committed results (``benchmarks/results/mapper.md``) come from:
+
+    PYTHONPATH=. python benchmarks/bench_mapper.py --cascades mamba2 mamba1 --seqlens 2048 1048576 --layers 1 --json-out /tmp/one.json
+    PYTHONPATH=. python benchmarks/bench_mapper.py --cascades mamba2 mamba1 --archs h200 --seqlens 2048 --layers 1 8 64 --time-limit 280 --cold-only --json-out /tmp/layers.json
+    PYTHONPATH=. python benchmarks/bench_mapper.py --optimum --json-out /tmp/opt.json
+    PYTHONPATH=. python benchmarks/bench_mapper.py --render /tmp/one.json /tmp/layers.json /tmp/opt.json
+
+Each run is timed cold (the arch-independent analysis cache emptied) and, unless ``--cold-only``, warm.
+
 Peer (AccelForge) comparison: needs Python >= 3.12, which this machine cannot get (``uv python
 install 3.12`` downloads from GitHub, which is unreachable here); see the results file.
 """
@@ -25,6 +34,7 @@ from mambalaya.arch import load_arch, shipped_archs
 from mambalaya.cost import evaluate
 from mambalaya.ir.chain import chain_layers
 from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper.space import _SHARED
 from mambalaya.parse import open_cascade
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -37,17 +47,27 @@ def _groups(groups: list[list[str]]) -> str:
     return " ".join("[" + ",".join(g) + "]" for g in fused) or "none"
 
 
-def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, max_size: int | None) -> dict:
+def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, max_size: int | None,
+            time_limit: float | None = None, warm_too: bool = True) -> dict:
+    """One mapping, timed cold (the arch-independent analysis cache emptied first) and warm (again,
+    the analysis shared, as every arch after the first of a cascade gets it)."""
     params = {"batch": batch} | ({"seqlen": seqlen} if seqlen else {})
     c = open_cascade(name, model=LAYERS[name], params=params)
     a = load_arch(arch)
+    _SHARED.clear()
     t0 = time.perf_counter()  # timed without tracemalloc (it slows Python 2-3x); memory is the RSS peak
-    r = optimal_mapping(c, a, max_size=max_size, layers=layers)
+    r = optimal_mapping(c, a, max_size=max_size, layers=layers, time_limit_s=time_limit)
     wall = time.perf_counter() - t0
+    warm = float("nan")
+    if warm_too:
+        t0 = time.perf_counter()
+        optimal_mapping(c, a, max_size=max_size, layers=layers, time_limit_s=time_limit)
+        warm = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     unfused = evaluate(chain_layers(c, layers) if layers > 1 else c, a)
     return {"cascade": name, "arch": arch, "seqlen": seqlen, "batch": batch, "layers": layers,
             "einsums": len(c.einsums), "candidates": r.candidates, "space_s": r.space_s, "total_s": wall,
+            "warm_s": warm,
             "optimal": r.optimal, "gap": r.gap, "latency_s": r.report.latency_s,
             "unfused_latency_s": unfused.latency_s, "speedup": unfused.latency_s / r.report.latency_s,
             "traffic_bytes": r.report.traffic_bytes, "unfused_traffic_bytes": unfused.traffic_bytes,
@@ -67,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--max-size", type=int, default=None, help="cap on Einsums per group (default: the mapper's)")
     ap.add_argument("--out", default=str(OUT / "mapper.md"))
+    ap.add_argument("--time-limit", type=float, default=None, help="solver time limit per run (s)")
+    ap.add_argument("--cold-only", action="store_true", help="skip the warm (second) run")
     args = ap.parse_args(argv)
     from ortools.linear_solver import pywraplp  # noqa: F401  (import cost, once per process, not timed)
     if args.render:
@@ -82,22 +104,32 @@ def main(argv: list[str] | None = None) -> int:
                 for layers in args.layers:
                     if layers > 1 and seqlen not in (None, args.seqlens[0]):
                         continue  # whole-model runs at the first sequence length only
-                    row = run_one(name, arch, seqlen, layers, args.batch, args.max_size)
+                    row = run_one(name, arch, seqlen, layers, args.batch, args.max_size, args.time_limit,
+                                  not args.cold_only)
                     row["optimum"] = args.optimum
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "fused"}), file=sys.stderr, flush=True)
+                    if args.json_out:  # written after every run, so a killed run keeps what it finished
+                        Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
         return 0
     return _render(rows, args)
 
 
+def _secs(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:.2f}"
+
+
 def _render(rows: list[dict], args) -> int:
-    head = ("| cascade | arch | seqlen | layers | Einsums | candidates | space s | total s | optimal | speedup | "
-            "traffic cut | peak MiB | fused groups (1 layer) |")
+    head = ("| cascade | arch | seqlen | layers | Einsums | candidates | space s (cold) | cold s | warm s | optimal "
+            "| gap | speedup vs unfused | traffic cut | peak MiB | fused groups (1 layer) |")
     lines = ["# Mapper benchmark", "", f"batch {args.batch}; models mamba-370m / mamba2-370m; "
-             "wall times (space construction + SCIP solve, Python, one process, OR-Tools imported "
-             "beforehand); peak MiB is the process's peak RSS so far (it only grows).", "", head,
+             "wall times (space construction + solve, Python, one process, OR-Tools imported "
+             "beforehand). cold: the arch-independent group analysis built from scratch (the first arch "
+             "of a cascade); warm: the same run again with it shared (every later arch). Peak MiB is "
+             "the process's peak RSS so far (it only grows). Targets: one layer < 1 s per arch, "
+             "64 layers < 30 s, < 1 GiB.", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if r.get("optimum"):
@@ -105,7 +137,8 @@ def _render(rows: list[dict], args) -> int:
         cut = r["unfused_traffic_bytes"] / r["traffic_bytes"] if r["traffic_bytes"] else float("nan")
         fused = r["fused"] if r["layers"] == 1 else f"{r['groups']} groups"
         lines.append(f"| {r['cascade']} | {r['arch']} | {r['seqlen'] or 1} | {r['layers']} | {r['einsums']} | "
-                     f"{r['candidates']} | {r['space_s']:.2f} | {r['total_s']:.2f} | {r['optimal']} | "
+                     f"{r['candidates']} | {r['space_s']:.2f} | {r['total_s']:.2f} | "
+                     f"{_secs(r.get('warm_s'))} | {r['optimal']} | {r.get('gap') or 0:.2g} | "
                      f"{r['speedup']:.2f}x | {cut:.2f}x | {r['peak_mib']:.0f} | {fused} |")
     opt = [r for r in rows if r.get("optimum")]
     if opt:

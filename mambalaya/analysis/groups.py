@@ -209,6 +209,19 @@ class _Loops:
         self.parent: dict[Node, Node] = {n: n for n in nodes}
         self.owners: dict[Node, dict[str, str]] = {n: {n[0]: n[1]} for n in self.parent}
 
+    @classmethod
+    def of(cls, groups: Iterable[tuple[Node, ...]]) -> _Loops:
+        """The loops of the nodes of ``groups`` (tuples of nodes), each node alone."""
+        self = cls.__new__(cls)
+        parent: dict[Node, Node] = {}
+        owners: dict[Node, dict[str, str]] = {}
+        for nodes in groups:
+            for n in nodes:
+                parent[n] = n
+                owners[n] = {n[0]: n[1]}
+        self.parent, self.owners = parent, owners
+        return self
+
     def find(self, node: Node) -> Node:
         parent = self.parent
         root = node
@@ -219,7 +232,13 @@ class _Loops:
         return root
 
     def union(self, a: Node, b: Node) -> bool:
-        ra, rb = self.find(a), self.find(b)
+        parent = self.parent
+        ra = parent[a]  # a root, or a child of one (find would change nothing): no call
+        if parent[ra] != ra:
+            ra = self.find(a)
+        rb = parent[b]
+        if parent[rb] != rb:
+            rb = self.find(b)
         if ra == rb:
             return True
         oa, ob = self.owners[ra], self.owners[rb]
@@ -254,10 +273,41 @@ class GroupAnalyzer:
         self.reduced = {e.name: e.reduced_ranks for e in cascade.einsums}
         self.full = {r: (cascade.rank_exprs[r], cascade.rank_size(r)) for r in cascade.rank_exprs}
         self.consumers = {t: tuple(cascade.consumers(t)) for t in cascade.tensors}
+        self.einsum_reads = {e.name: tuple(e.reads) for e in cascade.einsums}
+        self.nodes = {e.name: tuple((e.name, r) for r in e.ranks) for e in cascade.einsums}
+        self.is_output = {t: cascade.tensors[t].role == "output" for t in cascade.tensors}
+        self.element_bytes = {e.name: cascade.tensors[e.name].element_bytes for e in cascade.einsums}
+        self.recurrence_pos = {e.name: None if e.recurrence is None else e.recurrence.position
+                               for e in cascade.einsums}
+        self._factors: dict[tuple, BufferFactor] = {}
+        #: per edge: position -> the halos of its matches there (in match order)
+        self.edge_halos: dict[int, dict[int, list]] = {}
+        for e in self.edges:
+            halos: dict[int, list] = {}
+            for m in e.positions:
+                if m.halo:
+                    halos.setdefault(m.position, []).append(m.halo)
+            self.edge_halos[id(e)] = halos
         self.unions: dict[int, list[tuple[Node, Node]]] = {}
         self.links: dict[int, list[tuple[Node, list[tuple[Node, Signature | None]]]]] = {}
         for e in self.edges:
             self.unions[id(e)], self.links[id(e)] = _edge_loops(e)
+
+    def factor(self, rank: str, tile: str | None, halo) -> BufferFactor:
+        """The (immutable, shared) buffer factor of a position of ``rank``: its full extent (``tile``
+        None) or the tile of loop ``tile`` plus ``halo``'s window."""
+        key = (rank, tile, None if halo is None else (halo.window, halo.size))
+        got = self._factors.get(key)
+        if got is None:
+            full, full_size = self.full[rank]
+            if tile is None:
+                got = BufferFactor(None, full, full_size)
+            elif halo is not None:
+                got = BufferFactor(tile, full, full_size, halo.window, halo.size)
+            else:
+                got = BufferFactor(tile, full, full_size)
+            self._factors[key] = got
+        return got
 
     # ---- public ---------------------------------------------------------------
     def check(self, group: Iterable[str]) -> list[str]:
@@ -330,14 +380,14 @@ class GroupAnalyzer:
         return parts
 
     def _boundary(self, names: list[str], members: set[str]):
-        c = self.cascade
-        reads = tuple(dict.fromkeys(t for n in names for t in c.einsum(n).reads if t not in members))
+        er = self.einsum_reads
+        reads = tuple(dict.fromkeys(t for n in names for t in er[n] if t not in members))
         writes, internal = [], []
         for n in names:
             consumers = self.consumers[n]
             if any(x in members for x in consumers):
                 internal.append(n)
-            if any(x not in members for x in consumers) or c.tensors[n].role == "output" or not consumers:
+            if self.is_output[n] or not consumers or any(x not in members for x in consumers):
                 writes.append(n)
         return reads, tuple(writes), tuple(internal)
 
@@ -377,7 +427,8 @@ class _GroupModel:
         self.an = an
         self.names = names
         self.edges = edges
-        loops = _Loops((n, r) for n in names for r in an.ranks[n])
+        nodes = an.nodes
+        loops = _Loops.of(nodes[n] for n in names)
         self.conflicts: list[str] = []
         for e in edges:
             for a, b in an.unions[id(e)]:
@@ -429,11 +480,16 @@ class _GroupModel:
             which = ", ".join(f"{r} ({n})" for n, r in self.recs)
             reasons.append(f"two iterative ranks: {which} recur along different loops, and only one can be the "
                            f"outermost sequential loop")
-        reasons += self._untiled()[0]
+        reasons += self._untiled_memo[0]
         name = None
         if self.iter_root is not None:
             name = self.loop_names()[self.iter_root]
         return list(dict.fromkeys(reasons)), name
+
+    @cached_property
+    def _untiled_memo(self) -> tuple[list[str], dict[Node, str]]:
+        reasons, untiled = self._untiled()
+        return list(reasons), dict(untiled)
 
     def _untiled(self) -> tuple[list[str], dict[Node, str]]:
         """Rule 3's breaches, and the fused loops an internal consumer needs whole (with why)."""
@@ -472,12 +528,13 @@ class _GroupModel:
         loop of ``T1``'s ``i`` while ``T1`` has a ``j`` of its own).
         """
         an = self.an
+        root = self.root
         out: dict[Node, str] = {}
         for r, name in names.items():
             if r == self.iter_root:
                 continue  # the iterative loop stays first and sequential (rule 2 and 3 govern it)
             base = name.rstrip("'")
-            stray = sorted(e for e in self.names if base in an.rank_pos[e] and (e, base) not in self.members[r])
+            stray = sorted(e for e in self.names if base in an.rank_pos[e] and root[(e, base)] != r)
             if stray:
                 out[r] = (f"{', '.join(stray)} also has a rank {base} outside this loop: a tile keyed by name "
                           f"is ambiguous")
@@ -493,20 +550,29 @@ class _GroupModel:
     @cached_property
     def fused(self) -> list[Node]:
         single = len(self.names) == 1
+        linked, it = self.linked, self.iter_root
+        # members are in cascade order: two Einsums or more iff the first and last differ
         return [r for r, ms in self.members.items()
-                if single or r in self.linked or r == self.iter_root or len({n for n, _ in ms}) > 1]
+                if single or ms[0][0] != ms[-1][0] or r in linked or r == it]
 
     @cached_property
     def first(self) -> dict[Node, tuple[int, int]]:
         an = self.an
-        return {r: min((an.order[n], an.rank_pos[n][rk]) for n, rk in self.members[r]) for r in self.members}
+        out = {}
+        for r, ms in self.members.items():
+            n, rk = ms[0]  # members are listed in (cascade order, rank position) order: the first is the least
+            out[r] = (an.order[n], an.rank_pos[n][rk])
+        return out
 
     def _first_member(self, root: Node) -> Node:
-        an = self.an
-        return min(self.members[root], key=lambda nd: (an.order[nd[0]], an.rank_pos[nd[0]][nd[1]]))
+        return self.members[root][0]  # members are in (cascade order, rank position) order
 
     def loop_names(self) -> dict[Node, str]:
         """A rank name per fused loop: its first member's, primed when two loops would share one."""
+        return dict(self._loop_names)
+
+    @cached_property
+    def _loop_names(self) -> dict[Node, str]:
         names: dict[Node, str] = {}
         used: set[str] = set()
         for r in sorted(self.fused, key=self.first.__getitem__):
@@ -522,7 +588,7 @@ class _GroupModel:
         an = self.an
         names = self.loop_names()
         fused = self.fused
-        untiled = {r: why for r, why in self._untiled()[1].items() if r in names}
+        untiled = {r: why for r, why in self._untiled_memo[1].items() if r in names}
         untiled.update({r: why for r, why in self._name_clashes(names).items() if r not in untiled})
         inner_piece = {self.root[child] for _, kids in self.links for child, sig in kids
                        if sig is not None and sig[2] is not None}
@@ -553,14 +619,23 @@ class _GroupModel:
                 notes.append(f"{names.get(self.root[(n, it[0])], it[0])} walked in order ({n} is a prefix sum)")
         notes += self.conflicts
 
-        related = {r: {r} | _closure(r, self.parents) | _closure(r, self.children) for r in order}
+        einsums_of: dict[Node, set[str]] = {}
+        for n, roots in self.roots_of.items():
+            for x in roots:
+                einsums_of.setdefault(x, set()).add(n)
+        iterating: dict[Node, set[str]] = {}
+        linked = self.parents or self.children
+        for r in order:
+            if linked and (r in self.parents or r in self.children):
+                rel = {r} | _closure(r, self.parents) | _closure(r, self.children)
+                it: set[str] = set()
+                for x in rel:
+                    it |= einsums_of.get(x, set())
+                iterating[r] = it
+            else:
+                iterating[r] = einsums_of.get(r, set())
 
-        iterating = {r: {n for n in self.names if not self.roots_of[n].isdisjoint(rel)} for r, rel in related.items()}
-
-        def iterates(einsum: str, root: Node) -> bool:
-            return einsum in iterating[root]
-
-        terms = self._terms(set(tiled), names, pos, order, iterates, notes)
+        terms = self._terms(set(tiled), names, pos, order, iterating, notes)
         ranks = tuple(GroupRank(names[r], tuple(sorted(self.members[r], key=lambda nd: (an.order[nd[0]], nd[1]))),
                                 an.full[self._first_member(r)[1]][1], r not in untiled, r == iter_root)
                       for r in order)
@@ -571,47 +646,69 @@ class _GroupModel:
                 halo=None) -> BufferFactor:
         """One position: the tile of its fused loop, or its full extent (private, untiled or held)."""
         root = self.root[(einsum, rank)]
-        full, full_size = self.an.full[rank]
         if root not in tiled or pos.get(root, len(pos)) > hold_from:
-            return BufferFactor(None, full, full_size)
-        if halo is not None:
-            return BufferFactor(names[root], full, full_size, halo.window, halo.size)
-        return BufferFactor(names[root], full, full_size)
+            return self.an.factor(rank, None, None)
+        return self.an.factor(rank, names[root], halo)
 
-    def _terms(self, tiled: set[Node], names, pos, order, iterates, notes: list[str]) -> tuple[BufferTerm, ...]:
+    def _terms(self, tiled: set[Node], names, pos, order, iterating: dict[Node, set[str]],
+               notes: list[str]) -> tuple[BufferTerm, ...]:
         an = self.an
-        c = an.cascade
+        root = self.root
+        factor = an.factor
+        npos = len(pos)
+        norder = len(order)
         terms: list[BufferTerm] = []
         by_producer: dict[str, list[Edge]] = {}
         for e in self.edges:
             by_producer.setdefault(e.producer, []).append(e)
         for n in self.names:
-            ein = c.einsum(n)
             out_ranks = an.out_ranks[n]
-            nbytes = c.tensors[n].element_bytes
-            out_edges = by_producer.get(n, [])
-            consumers = [e.consumer for e in out_edges]
+            nbytes = an.element_bytes[n]
+            out_edges = by_producer.get(n)
             # the first loop n does not iterate but a consumer does: n's tile is held across it
-            hold_from = next((i for i, outer in enumerate(order) if not iterates(n, outer)
-                              and any(iterates(x, outer) for x in consumers)), len(order))
+            hold_from = norder
             if out_edges:
+                consumers = [e.consumer for e in out_edges]
+                for i, outer in enumerate(order):
+                    it = iterating[outer]  # the Einsums iterating loop `outer`
+                    if n not in it and not it.isdisjoint(consumers):
+                        hold_from = i
+                        break
                 factors = []
+                held = []
                 for j, rank in enumerate(out_ranks):
-                    halos = [m.halo for e in out_edges for m in e.positions if m.position == j and m.halo]
-                    halo = max(halos, key=lambda h: h.size) if halos else None
-                    factors.append(self._factor(n, rank, tiled, names, pos, hold_from, halo))
-                held = [r for r, f in zip(out_ranks, factors, strict=True)
-                        if f.tile is None and self.root[(n, r)] in tiled]
+                    r = root[(n, rank)]
+                    if r not in tiled:
+                        factors.append(factor(rank, None, None))
+                        continue
+                    if pos.get(r, npos) > hold_from:
+                        factors.append(factor(rank, None, None))
+                        held.append(rank)
+                        continue
+                    halo = None
+                    for e in out_edges:
+                        for h in an.edge_halos[id(e)].get(j, ()):
+                            if halo is None or h.size > halo.size:
+                                halo = h
+                    factors.append(factor(rank, names[r], halo))
                 if held:
                     notes.append(f"{n} held whole along {', '.join(held)} while the outer loop "
                                  f"{names[order[hold_from]]} sweeps (or recompute {n})")
                 terms.append(BufferTerm(n, "tile", tuple(factors), nbytes))
-            if ein.recurrence is not None:
-                factors = [self._factor(n, r, tiled, names, pos, len(order))
-                           for j, r in enumerate(out_ranks) if j != ein.recurrence.position]
+            rec = an.recurrence_pos[n]
+            if rec is not None:
+                factors = []
+                for j, rank in enumerate(out_ranks):
+                    if j == rec:
+                        continue
+                    r = root[(n, rank)]
+                    if r not in tiled or pos.get(r, npos) > norder:
+                        factors.append(factor(rank, None, None))
+                    else:
+                        factors.append(factor(rank, names[r], None))
                 terms.append(BufferTerm(n, "state", tuple(factors), nbytes))
-            if not out_edges and any(self.root[(n, r)] in tiled for r in an.reduced[n]):
-                factors = [self._factor(n, r, tiled, names, pos, len(order)) for r in out_ranks]
+            if not out_edges and any(root[(n, r)] in tiled for r in an.reduced[n]):
+                factors = [self._factor(n, r, tiled, names, pos, norder) for r in out_ranks]
                 terms.append(BufferTerm(n, "partial", tuple(factors), nbytes))
         return tuple(terms)
 

@@ -299,23 +299,44 @@ class _Coster:
         key = (members, order)
         plan = self._plans.get(key)
         if plan is None:
-            rows = group_traffic(self.ctx, FusionGroup(members, order, {}))
-            reads, writes, nwrites = [], 0, 0
-            for r in rows:
-                if r.direction == "write":
-                    writes += r.bytes
-                    nwrites += 1
-                    continue
-                ranks = frozenset().union(*(self.ctx.reads(e)[r.tensor].ranks for e in members
-                                            if r.tensor in self.ctx.reads(e)))
+            base = self._plans.get(members)
+            if base is None:
+                base = self._plans[members] = self._traffic_base(members)
+            rd, writes, nwrites = base
+            reads = []
+            for fp, ranks in rd:
                 outer = []
                 for rk in order:  # reread_factor's loops: tiled loops outside every rank indexing it
                     if rk in ranks:
                         break
                     outer.append((rk, self.cascade.rank_size(rk)))
-                reads.append((r.footprint_bytes, tuple(outer)))
+                reads.append((fp, tuple(outer)))
             plan = self._plans[key] = _TrafficPlan(tuple(reads), writes, nwrites)
         return plan
+
+    def _traffic_base(self, members: tuple[str, ...]) -> tuple[tuple, int, int]:
+        """``group_traffic``'s rows for ``members`` (no recomputation, no residency) with the tiles and
+        loop order left free: per read (footprint bytes, ranks indexing it), write bytes and count."""
+        ctx, cascade = self.ctx, self.cascade
+        produced = set(members)
+        readers: dict[str, list[str]] = {}
+        for e in sorted(members, key=self._order.__getitem__):
+            for t in ctx.reads(e):
+                if t not in produced:
+                    readers.setdefault(t, []).append(e)
+        reads = []
+        for t, who in readers.items():
+            fp = ctx.footprint_bytes(t, tuple(who))
+            ranks = frozenset().union(*(ctx.reads(e)[t].ranks for e in who))
+            reads.append((fp, ranks))
+        writes, nwrites = 0, 0
+        for e in sorted(members, key=self._order.__getitem__):
+            consumers = cascade.consumers(e)
+            outside = [c for c in consumers if c not in produced]
+            if outside or cascade.tensors[e].role == "output" or not consumers:
+                writes += cascade.nbytes(e)
+                nwrites += 1
+        return tuple(reads), writes, nwrites
 
     def _cost_fast(self, members: tuple[str, ...], order: tuple[str, ...], tiles: dict[str, int]) -> _Choice:
         """:meth:`_cost` from a precomputed :class:`_TrafficPlan`: the same integers and float sums."""
@@ -347,17 +368,18 @@ class _Coster:
             return Rejected(members, "; ".join(cg.reasons))
         order = plain_loop_order(cg.loop_order)
         split = self._split(members)
-        if cg.buffer_full_bytes <= self.cap:
+        need = self.need(members, cg)
+        if need.at({}) <= self.cap:
             c = self._cost(members, order, {})
             return _Dominated(members, _cost_of(c, self.objective), split) if _cost_of(c, self.objective) >= split \
                 else c
-        if cg.buffer_min_bytes > self.cap:
-            return Rejected(members, _need_words(cg), cg.buffer_min_bytes)
+        least = need.at({r.name: 1 for r in cg.schedule.ranks if r.tiled})
+        if least > self.cap:
+            return Rejected(members, _need_words(cg), least)
         size = {r.name: r.size for r in cg.schedule.ranks}
         tiled = [r.name for r in cg.schedule.ranks if r.tiled and r.size > 1 and r.name in self.cascade.rank_exprs]
         tiled.sort(key=order.index)
-        need = self.need(members, cg)
-        options = {tuple(sorted(t.items())) for cap in self._targets(members, cg)
+        options = {tuple(sorted(t.items())) for cap in self._targets(members, cg, least)
                    for t in _tilings(need, tiled, size, cap)}
         if not options:  # only loops a mapping cannot name (primed analysis loops) would have to shrink
             return Rejected(members, _need_words(cg), need({r: 1 for r in tiled}))
@@ -372,14 +394,14 @@ class _Coster:
             return _Dominated(members, _cost_of(best, self.objective), split)
         return best
 
-    def _targets(self, members: tuple[str, ...], cg: CandidateGroup) -> list[int]:
+    def _targets(self, members: tuple[str, ...], cg: CandidateGroup, least: int) -> list[int]:
         """Capacities to tile for: the buffer, and the buffer less each operand (so that operand stays on chip)."""
         out = [self.cap]
         for t in cg.reads:
             readers = tuple(m for m in members if t in self.ctx.reads(m))
             if readers:
                 left = self.cap - self.ctx.footprint_bytes(t, readers)
-                if left >= cg.buffer_min_bytes:
+                if left >= least:
                     out.append(left)
         return sorted(set(out), reverse=True)[:MAX_TARGETS]
 
@@ -436,10 +458,11 @@ class _Need:
 
     def __call__(self, tiles: dict[str, int]) -> int:
         total = 0
+        get = tiles.get
         for const, var in self.terms:
             for r, full, halo in var:
-                t = tiles.get(r, full)
-                const *= (t if t < full else full) + halo
+                t = get(r)
+                const *= (full if t is None or t >= full else t) + halo
             total += const
         return total
 
