@@ -25,8 +25,36 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
 
+class _RooflineFigures:
+    """Derived figures shared by Einsum rows and group rows (they carry the same five fields)."""
+
+    flops: int
+    traffic_bytes: int
+    compute_s: float
+    memory_s: float
+    latency_s: float
+
+    @property
+    def intensity(self) -> float | None:
+        """Operational intensity, FLOP per off-chip byte (None with no traffic)."""
+        return _ratio(self.flops, self.traffic_bytes)
+
+    @property
+    def compute_util(self) -> float:
+        """Compute time over the latency (an Einsum's share in a fused group may exceed 1: overlap)."""
+        return _ratio(self.compute_s, self.latency_s) or 0.0
+
+    @property
+    def memory_util(self) -> float:
+        return _ratio(self.memory_s, self.latency_s) or 0.0
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_s > self.compute_s else "compute"
+
+
 @dataclass(frozen=True)
-class EinsumCost:
+class EinsumCost(_RooflineFigures):
     """One Einsum's row: its traffic, times, share of its group's latency and its ops."""
 
     name: str
@@ -38,24 +66,6 @@ class EinsumCost:
     ops: dict[str, int]
     flops: int
     recomputes: tuple[str, ...] = ()  # producers this Einsum's group re-runs, charged to this row
-
-    @property
-    def intensity(self) -> float | None:
-        """Operational intensity, FLOP per off-chip byte (None with no traffic)."""
-        return _ratio(self.flops, self.traffic_bytes)
-
-    @property
-    def compute_util(self) -> float:
-        """Compute time over the row's latency share (in a fused group it may exceed 1: overlap)."""
-        return _ratio(self.compute_s, self.latency_s) or 0.0
-
-    @property
-    def memory_util(self) -> float:
-        return _ratio(self.memory_s, self.latency_s) or 0.0
-
-    @property
-    def bound(self) -> str:
-        return "memory" if self.memory_s > self.compute_s else "compute"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,7 +86,7 @@ class EinsumCost:
 
 
 @dataclass(frozen=True)
-class GroupCost:
+class GroupCost(_RooflineFigures):
     """One fusion group: roofline latency = max(compute, memory) + overheads."""
 
     index: int
@@ -88,22 +98,6 @@ class GroupCost:
     latency_s: float
     flops: int
     transfers: int
-
-    @property
-    def intensity(self) -> float | None:
-        return _ratio(self.flops, self.traffic_bytes)
-
-    @property
-    def compute_util(self) -> float:
-        return _ratio(self.compute_s, self.latency_s) or 0.0
-
-    @property
-    def memory_util(self) -> float:
-        return _ratio(self.memory_s, self.latency_s) or 0.0
-
-    @property
-    def bound(self) -> str:
-        return "memory" if self.memory_s > self.compute_s else "compute"
 
     def to_json(self) -> dict[str, Any]:
         return {
