@@ -344,6 +344,8 @@ def launch_overhead(n: int = 200) -> dict[str, float]:
     import triton
     import triton.language as tl
 
+    from mambalaya.exec.triton_backend import cuda_median_s, sequence_times
+
     @triton.jit
     def tiny(p, q, r, s):  # four pointer arguments, one program, one element
         tl.store(p, tl.load(q) + tl.load(r) + tl.load(s))
@@ -354,33 +356,9 @@ def launch_overhead(n: int = 200) -> dict[str, float]:
         for _ in range(n):
             tiny[(1,)](*bufs)
 
-    def per(fn: Any) -> float:
-        ts = []
-        for _ in range(5):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3 / n)
-        return statistics.median(ts)
-
-    seq()
-    torch.cuda.synchronize()
-    eager = per(seq)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        seq()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        seq()
-    g.replay()
-    torch.cuda.synchronize()
-    graph = per(g.replay)
+    eager, graph = (t / n for t in sequence_times(torch, seq, 5))
     x = bufs[0]
-    torch_eager = per(lambda: [x.add_(1.0) for _ in range(n)])
+    torch_eager = cuda_median_s(torch, lambda: [x.add_(1.0) for _ in range(n)], 5) / n
     return {"triton_eager_s": eager, "triton_graph_s": graph, "torch_eager_s": torch_eager}
 
 

@@ -270,23 +270,30 @@ def _layer_times(torch: Any, launches: list, repeat: int) -> tuple[float, float]
         for kernel, grid, args, kw in launches:
             kernel[grid](*args, **kw)
 
-    def timed(fn: Any) -> float:
-        ts = []
-        for _ in range(repeat):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        return statistics.median(ts)
+    return sequence_times(torch, seq, repeat)
 
+
+def cuda_median_s(torch: Any, fn: Any, repeat: int) -> float:
+    """Median seconds of ``fn()`` over ``repeat`` calls, timed with CUDA events."""
+    ts = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return statistics.median(ts)
+
+
+def sequence_times(torch: Any, seq: Any, repeat: int) -> tuple[float, float]:
+    """Median seconds of a launch sequence ``seq()``: eager from Python, and replayed as a captured CUDA graph."""
     seq()
     torch.cuda.synchronize()
-    eager = timed(seq)
+    eager = cuda_median_s(torch, seq, repeat)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(side):  # warm up on a side stream, as graph capture requires
         seq()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
@@ -294,7 +301,7 @@ def _layer_times(torch: Any, launches: list, repeat: int) -> tuple[float, float]
         seq()
     graph.replay()
     torch.cuda.synchronize()
-    return eager, timed(graph.replay)
+    return eager, cuda_median_s(torch, graph.replay, repeat)
 
 
 def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[float, float, str | None]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from mambalaya.exec.codegen import _gemm_plan, plan_group
+from mambalaya.exec.codegen import _bind, _gemm_plan, plan_group
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, multiplicative_factors, walk
 from mambalaya.ir.mapping import Mapping
@@ -173,19 +173,6 @@ def _fold(fn: str, args: list[str]) -> str | None:
 
 
 # ---- index expressions -------------------------------------------------------------
-
-
-def _bind(expr: sympy.Expr, rv: dict[str, str], values: dict) -> sympy.Expr:
-    subs = {}
-    for sym in expr.free_symbols:
-        name = str(sym)
-        if name in rv:
-            continue
-        value = values[name]
-        if float(value) != int(value):
-            raise Unsupported(f"param {name} = {value} used in an index is not a whole number")
-        subs[sym] = sympy.Integer(int(value))
-    return expr.xreplace(subs) if subs else expr
 
 
 def _ix(expr: sympy.Expr, rv: dict[str, str]) -> tuple[str, int]:
