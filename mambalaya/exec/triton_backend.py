@@ -127,15 +127,27 @@ def triton_available() -> tuple[bool, str]:
 
 #: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages).
 #: The first is the interpreter's (and the default without autotuning).
+#: tl.dot tile choices tried on a GPU: (M/N block cap, K step, num_warps, num_stages).
 DOT_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 4))
+#: Element-wise, reduction and scan groups: outputs per program tried on a GPU (with num_warps). Fewer
+#: outputs per program means more programs: a group with a short grid (a per-chunk cumsum, a scan over
+#: channels) needs them to fill 132 SMs, a wide streaming group is best with large blocks.
+POINT_CONFIGS = ((4096, 4), (1024, 4), (256, 4), (64, 2))
 
 
 def compile_group(cascade: Cascade, mapping: Mapping, gi: int, dtype: str = "float32",
-                  matmul_precision: str = "fp32", config: tuple[int, int, int, int] = DOT_CONFIGS[0]
-                  ) -> tuple[TritonGroupPlan, Any | None, str]:
-    """(plan, kernel or None, fallback reason) of one group with one tl.dot tile configuration."""
-    plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1])
-    plan.launch = {"num_warps": config[2], "num_stages": config[3]}
+                  matmul_precision: str = "fp32", config: tuple[int, int, int, int] = DOT_CONFIGS[0],
+                  point: tuple[int, int] | None = None) -> tuple[TritonGroupPlan, Any | None, str]:
+    """(plan, kernel or None, fallback reason) of one group with one tile configuration.
+
+    ``config`` sets the tl.dot tiles and launch of a group with contractions; ``point`` (outputs per
+    program, num_warps) the blocks of a group without (default: the generator's own choice)."""
+    if point is None:
+        plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1])
+        plan.launch = {"num_warps": config[2], "num_stages": config[3]}
+    else:
+        plan = group_plan(cascade, mapping, gi, elems=point[0])
+        plan.launch = {"num_warps": point[1]}
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     try:
         plan.source = group_source(cascade, mapping, plan, dtype, matmul_precision, interpret)
@@ -162,13 +174,16 @@ def run_triton(
     warmup: int = 0,
     autotune: bool | None = None,
     layer_repeat: int = 0,
+    point: tuple[int, int] | None = None,
 ) -> TritonResult:
     """Run ``mapping`` with one Triton kernel per group; outputs as numpy, per-group times, fallbacks.
 
     ``repeat``/``warmup``: launches per group for timing (the median is kept); the outputs are those
     of the last launch (every kernel is idempotent: it overwrites what it writes). ``autotune`` (default:
-    on a GPU) compiles each group with tl.dot in every :data:`DOT_CONFIGS` tile choice and keeps the
-    fastest. ``layer_repeat`` > 0 on a GPU also times the whole layer eager and as a CUDA graph.
+    on a GPU) compiles each group with tl.dot in every :data:`DOT_CONFIGS` tile choice (the others in
+    every :data:`POINT_CONFIGS` block size) and keeps the fastest. ``layer_repeat`` > 0 on a GPU also
+    times the whole layer eager and as a CUDA graph. ``point`` fixes the block choice of groups without
+    contractions (one of :data:`POINT_CONFIGS`) instead of autotuning it.
     """
     ok, why = triton_available()
     if not ok:
@@ -191,24 +206,27 @@ def run_triton(
     tune = cuda if autotune is None else (autotune and cuda)
 
     def once(kernel: Any, grid: tuple, args: list, kw: dict) -> float:
+        """One launch's time: on a GPU from a CUDA-graph replay of a few launches (an event pair around
+        one eager launch would add the ~20 us Python launch cost to every kernel, however small)."""
         if not cuda:
             t1 = time.perf_counter()
             kernel[grid](*args, **kw)
             return time.perf_counter() - t1
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        kernel[grid](*args, **kw)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return kernel_graph_s(torch, lambda: kernel[grid](*args, **kw))
 
     for gi in range(len(mapping.groups)):
         t0 = time.perf_counter()
         plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision)
-        if kernel is not None and tune and plan.dot_einsums is not None and _has_dot(plan):
+        if kernel is not None and point is not None and not _has_dot(plan):
+            plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, point=point)
+        elif kernel is not None and tune:
             best = None
-            for cfg in DOT_CONFIGS:
-                p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, cfg)
+            dot = _has_dot(plan)
+            for cfg in DOT_CONFIGS if dot else POINT_CONFIGS:
+                if dot:
+                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, cfg)
+                else:
+                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, point=cfg)
                 for t in (*p2.writes, *p2.scratch):
                     if t not in env or tuple(env[t].shape) != cascade.shape(t):
                         env[t] = torch.empty(cascade.shape(t), dtype=tdt, device=dev)
@@ -271,6 +289,11 @@ def _layer_times(torch: Any, launches: list, repeat: int) -> tuple[float, float]
             kernel[grid](*args, **kw)
 
     return sequence_times(torch, seq, repeat)
+
+
+def kernel_graph_s(torch: Any, launch: Any, per: int = 4) -> float:
+    """Seconds of one ``launch()`` on the GPU: ``per`` launches captured in a CUDA graph, one replay timed."""
+    return sequence_times(torch, lambda: [launch() for _ in range(per)], 1)[1] / per
 
 
 def cuda_median_s(torch: Any, fn: Any, repeat: int) -> float:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -214,6 +215,39 @@ def _is_const(expr: sympy.Expr) -> bool:
     return not any(s.is_integer for s in expr.free_symbols)
 
 
+def _span(expr: sympy.Expr, sizes: dict[str, int]) -> tuple[sympy.Rational, sympy.Rational] | None:
+    """[min, max] of an index built from rank symbols (each in [0, size)), sums, rational multiples
+    and floors; None for anything else (the read then keeps its bounds mask)."""
+    lo = hi = sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Rational:
+            return None
+        if rest == 1:
+            tlo = thi = sympy.Integer(1)
+        elif rest.is_Symbol and str(rest) in sizes:
+            tlo, thi = sympy.Integer(0), sympy.Integer(sizes[str(rest)] - 1)
+        elif isinstance(rest, sympy.floor):
+            inner = _span(rest.args[0], sizes)
+            if inner is None:
+                return None
+            tlo, thi = sympy.floor(inner[0]), sympy.floor(inner[1])
+        else:
+            return None
+        a, b = coeff * tlo, coeff * thi
+        lo, hi = lo + min(a, b), hi + max(a, b)
+    return lo, hi
+
+
+def _within(expr: sympy.Expr, sizes: dict[str, int], extent: int) -> bool:
+    """True when an index always lies in [0, extent) (see :func:`_span`).
+
+    Every rank index the emitter binds stays inside its rank (remainders, clamps or exact blocks), so
+    such a read needs no bounds mask: dropping it keeps loads unpredicated and contiguous."""
+    span = _span(expr, sizes)
+    return span is not None and span[0] >= 0 and span[1] < extent
+
+
 # ---- the emitter -------------------------------------------------------------------
 
 
@@ -289,7 +323,7 @@ class _Emitter:
             if j.lstrip("-").isdigit():
                 if not 0 <= int(j) < shape[pos]:
                     conds.append((pos, j))
-            elif not plain:
+            elif not plain and not _within(_bind(ix, rv, c.values), c.rank_sizes, shape[pos]):
                 conds.append((pos, j))
         if acc.tensor in self.inline:
             return self.inlined(acc.tensor, idx, conds, depth)
@@ -722,6 +756,29 @@ def _dot_plans(c: Cascade, e: Einsum, grid: dict[str, int], dtype: str) -> list 
     return plans
 
 
+def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
+    """The M rank ``q`` when an inlined factor is masked ``k <= q`` (or ``k < q``) on the only K rank.
+
+    The SSD's intra-chunk product reads the decay mask ``LM[.., q, s, ..] where s <= q``: for a tile of
+    queries no key past its last query contributes, so the K loop can stop there (about half the work)."""
+    if len(p.k) != 1:
+        return None
+    k = p.k[0]
+    for f in (*p.a, *p.b):
+        if not isinstance(f, Access) or f.tensor not in inline:
+            continue
+        prod = c.einsum(f.tensor)
+        bind = {r: ix for r, ix in zip(prod.out_ranks, f.indices, strict=True)}
+        for cmp in prod.where:
+            if cmp.op not in ("<=", "<") or not (cmp.lhs.is_Symbol and cmp.rhs.is_Symbol):
+                continue
+            lhs, rhs = bind.get(str(cmp.lhs)), bind.get(str(cmp.rhs))
+            if lhs is not None and rhs is not None and lhs.is_Symbol and rhs.is_Symbol \
+                    and str(lhs) == k and str(rhs) in p.m:
+                return str(rhs)
+    return None
+
+
 def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth: int) -> None:
     """Tiles of the output over (M, N) per batch point; each contraction term accumulated by tl.dot."""
     c = em.cascade
@@ -757,7 +814,13 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
         ks = math.prod(ext[r] for r in p.k)
         bk = min(_pow2(ks), em.dot_bk)
         k0, kk = em.tmp("k0_"), em.tmp("kk")
-        em.emit(d, f"for {k0} in range(0, {ks}, {bk}):")
+        upper = _causal_k_rank(c, p, em.inline)
+        # the summand is zero past the tile's last M index: stop the K loop there (the interpreter's
+        # range takes no tensor bound; it runs the whole loop, masked, to the same result)
+        if upper is not None and not em.interpret:
+            em.emit(d, f"for {k0} in range(0, tl.minimum({ks}, tl.max({rv_m[upper]}, axis=0) + 1), {bk}):")
+        else:
+            em.emit(d, f"for {k0} in range(0, {ks}, {bk}):")
         d2 = d + 1
         em.emit(d2, f"{kk} = {k0} + tl.arange(0, {bk})")
         em.emit(d2, f"lane_k = {kk} < {ks}")
@@ -771,12 +834,14 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
         finally:
             em.dim = 1
         a, b = em.tmp("a"), em.tmp("b")
+        # broadcast_to is free when the operand already has the tile's shape: a loaded tile then feeds
+        # tl.dot directly, which lets Triton pipeline the loads into shared memory (async copies / TMA)
         if ks % bk == 0:
-            em.emit(d2, f"{a} = {' * '.join(av)} + tl.zeros([{bm}, {bk}], tl.float32)")
-            em.emit(d2, f"{b} = {' * '.join(bv)} + tl.zeros([{bk}, {bn}], tl.float32)")
+            em.emit(d2, f"{a} = tl.broadcast_to({' * '.join(av)}, [{bm}, {bk}])")
+            em.emit(d2, f"{b} = tl.broadcast_to({' * '.join(bv)}, [{bk}, {bn}])")
         else:
-            em.emit(d2, f"{a} = tl.where(lane_k[None, :], {' * '.join(av)}, 0.0) + tl.zeros([{bm}, {bk}], tl.float32)")
-            em.emit(d2, f"{b} = tl.where(lane_k[:, None], {' * '.join(bv)}, 0.0) + tl.zeros([{bk}, {bn}], tl.float32)")
+            em.emit(d2, f"{a} = tl.broadcast_to(tl.where(lane_k[None, :], {' * '.join(av)}, 0.0), [{bm}, {bk}])")
+            em.emit(d2, f"{b} = tl.broadcast_to(tl.where(lane_k[:, None], {' * '.join(bv)}, 0.0), [{bk}, {bn}])")
         if em.precision == "bf16" and em.interpret:
             # the interpreter's native bf16 dot is wrong; bf16 operands with fp32 products and sums are exact
             # in fp32, so rounding the operands and running an ieee dot computes the same thing
@@ -853,7 +918,9 @@ def _grid_ranks(c: Cascade, names: tuple[str, ...], inline: frozenset[str]) -> l
 
 
 def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: list[str],
-            tiles: dict[str, int], cap: int = GRID_CAP, scan: tuple[str, ...] = ()) -> dict[str, int]:
+            tiles: dict[str, int], cap: int = GRID_CAP, scan: tuple[str, ...] = (),
+            elems: int = GRID_TARGET) -> dict[str, int]:
+    """Program block per grid rank: about ``elems`` outputs per program (the launcher tunes ``elems``)."""
     phases = [c.einsum(n) for n in names if n not in inline]
     # elements a program holds at once per phase: a recurrence's iterative rank is stepped, not held; in a
     # group with a recurrence the recurrence sets the block (the other phases loop over their slices)
@@ -861,9 +928,9 @@ def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: li
     rest = max((math.prod(c.rank_sizes[r] for r in e.out_ranks
                           if r not in grid and not (e.recurrence and r == e.recurrence.rank)) for e in recs or phases),
                default=1)
-    target = GRID_TARGET
-    if scan:  # a chunked scan holds SCAN_STEPS steps of the state at once; keep a few hundred programs
-        target = SCAN_ELEMS // SCAN_STEPS
+    target = elems
+    if scan:  # a chunked scan holds SCAN_STEPS steps of the state at once: scale its rows down alike
+        target = max(1, elems * SCAN_ELEMS // (GRID_TARGET * SCAN_STEPS))
     budget = max(1, target // rest)
     out: dict[str, int] = {}
     # contractions want their M and N ranks blocked (tl.dot tiles), batch ranks one at a time
@@ -1027,15 +1094,15 @@ def _reduction_terms(f: Einsum, red: set[str], state: str) -> bool:
     return True
 
 
-def group_plan(cascade: Cascade, mapping: Mapping, gi: int, dot_cap: int = GRID_CAP, dot_bk: int = 32
-               ) -> TritonGroupPlan:
+def group_plan(cascade: Cascade, mapping: Mapping, gi: int, dot_cap: int = GRID_CAP, dot_bk: int = 32,
+               elems: int = GRID_TARGET) -> TritonGroupPlan:
     base = plan_group(cascade, [tuple(g.einsums) for g in mapping.groups], gi)
     inline = frozenset(t for t in base.local if _inlinable(cascade.einsum(t)))
     scratch = tuple(t for t in base.local if t not in inline)
     names = base.einsums
     grid = _grid_ranks(cascade, names, inline)
     scan = _scan_fusion(cascade, names, inline, base.local)
-    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan)
+    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan, elems)
     order = [r for r in reversed(grid)]
     spec = tuple((r, blocks[r], -(-cascade.rank_sizes[r] // blocks[r])) for r in order)
     return TritonGroupPlan(gi, names, base.reads, base.writes, scratch, tuple(sorted(inline)), base.aux, spec,
