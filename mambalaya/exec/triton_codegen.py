@@ -558,8 +558,51 @@ def _block_for(c: Cascade, e: Einsum) -> int:
     return BLOCK_1D if widest == 1 else max(16, BLOCK_2D // widest)
 
 
+def _prefix_sum(e: Einsum) -> Reduce | None:
+    """The cumsum when the Einsum is one (unmasked) prefix sum along one of its output ranks."""
+    terms = e.terms()
+    if len(terms) != 1 or e.where:
+        return None
+    sign, term, summed = terms[0]
+    if sign > 0 and not summed and isinstance(term, Reduce) and term.op == "cumsum" and term.rank in e.out_ranks:
+        return term
+    return None
+
+
+def _emit_prefix(em: _Emitter, e: Einsum, node: Reduce, grid: dict[str, int], depth: int) -> None:
+    """A prefix sum as ``tl.cumsum`` over [rows, whole rank] tiles: linear work, where the generic
+    reduction would sum a masked [q, q] tile per output (quadratic in the rank's size)."""
+    c = em.cascade
+    size = c.rank_sizes[node.rank]
+    rb = _pow2(size)
+    rows = [(r, x) for r, x in _slice(c, e, grid) if r != node.rank]
+    nrow = math.prod(x for _, x in rows) if rows else 1
+    br = max(1, min(_pow2(nrow), BLOCK_2D // rb))
+    em.emit(depth, f"for r0 in range(0, {nrow}, {br}):")
+    d = depth + 1
+    em.emit(d, f"fr = r0 + tl.arange(0, {br})")
+    em.emit(d, f"lane_r = fr < {nrow}")
+    rv_r = _decompose(em, rows, "fr", grid, d, "lane_r", exact=nrow % br == 0)
+    em.emit(d, f"kq = tl.arange(0, {rb})")
+    em.emit(d, f"kqc = tl.minimum(kq, {size - 1})")
+    lane = f"(lane_r[:, None] & (kq < {size})[None, :])"
+    rv2 = {**{r: f"{v}[:, None]" for r, v in rv_r.items()}, node.rank: "kqc[None, :]"}
+    em.dim = 2
+    try:
+        v = em.node(node.arg, rv2, d)
+    finally:
+        em.dim = 1
+    cum = em.tmp("cum")
+    em.emit(d, f"{cum} = tl.cumsum(tl.where({lane}, {v}, 0.0), axis=1)")
+    em.emit(d, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, rv2)}, {cum}, mask={lane})")
+
+
 def _emit_pointwise(em: _Emitter, e: Einsum, grid: dict[str, int], depth: int) -> None:
     c = em.cascade
+    prefix = _prefix_sum(e)
+    if prefix is not None:
+        _emit_prefix(em, e, prefix, grid, depth)
+        return
     ranks = _slice(c, e, grid)
     total = math.prod(ext for _, ext in ranks)
     block = min(_pow2(total), _block_for(c, e))
