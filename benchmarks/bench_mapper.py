@@ -11,14 +11,14 @@ modelled speedup over unfused, the groups fused and the peak process RSS (getrus
 The committed results (``benchmarks/results/mapper.md``) come from:
 
     PYTHONPATH=. python benchmarks/bench_mapper.py --cascades mamba2 mamba1 --seqlens 2048 1048576 --layers 1 --json-out /tmp/one.json
-    PYTHONPATH=. python benchmarks/bench_mapper.py --cascades mamba2 mamba1 --archs h200 --seqlens 2048 --layers 1 8 64 --time-limit 280 --cold-only --json-out /tmp/layers.json
+    PYTHONPATH=. python benchmarks/bench_mapper.py --cascades mamba2 mamba1 --archs h200 --seqlens 2048 --layers 1 8 64 --cold-only --json-out /tmp/layers.json
     PYTHONPATH=. python benchmarks/bench_mapper.py --optimum --json-out /tmp/opt.json
     PYTHONPATH=. python benchmarks/bench_mapper.py --render /tmp/one.json /tmp/layers.json /tmp/opt.json
 
 Each run is timed cold (the arch-independent analysis cache emptied) and, unless ``--cold-only``, warm.
+``--render`` keeps the hand-written ``## Notes`` section of the existing ``mapper.md``.
 
-Peer (AccelForge) comparison: needs Python >= 3.12, which this machine cannot get (``uv python
-install 3.12`` downloads from GitHub, which is unreachable here); see the results file.
+Peer (AccelForge) comparison, timed side by side in one run: ``benchmarks/bench_accelforge.py``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, m
             "optimal": r.optimal, "gap": r.gap, "latency_s": r.report.latency_s,
             "unfused_latency_s": unfused.latency_s, "speedup": unfused.latency_s / r.report.latency_s,
             "traffic_bytes": r.report.traffic_bytes, "unfused_traffic_bytes": unfused.traffic_bytes,
-            "groups": len(r.groups), "fused": _groups(r.groups), "peak_mib": peak / 2**20,
+            "groups": len(r.groups), "fused": _groups(r.groups), "peak_mib": peak / 2**20, "method": r.method,
+            "subproblems": r.nodes,
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -150,7 +151,8 @@ def _render(rows: list[dict], args) -> int:
                          f"{r['fused']} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    notes = out.read_text().partition("\n## Notes")[2] if out.exists() else ""
+    out.write_text("\n".join(lines) + "\n" + (f"\n## Notes{notes}" if notes else ""))  # hand-written notes kept
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
     return 0

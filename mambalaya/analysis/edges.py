@@ -173,7 +173,7 @@ def _loop_orders(producer: Einsum, consumer: Einsum, shared: tuple[tuple[str, st
     for m in positions:
         if m.kind in ("split", "stride", "merge", "coarsen", "fine") and m.shared:
             out.append(f"re-tile {m.producer_rank} as {m.indices[0]} (tiles align to the pieces)")
-    reduced = [r for r in needs if r in producer.reduced_ranks]
+    reduced = [r for r in needs if r in _reduced(producer)]
     if reduced:
         out.append(f"{P}'s private rank(s) {', '.join(reduced)} complete (innermost) before {C} reads a tile of "
                    f"{tensor}, or a partial-sum buffer")
@@ -200,6 +200,12 @@ def _loop_orders(producer: Einsum, consumer: Einsum, shared: tuple[tuple[str, st
     return tuple(out)
 
 
+def _reduced(e: Einsum) -> tuple[str, ...]:
+    """``e.reduced_ranks`` (which re-prints the output ranks once per rank: sympy printing is slow)."""
+    out = set(e.out_ranks)
+    return tuple(r for r in e.ranks if r not in out)
+
+
 def classify_edge(cascade: Cascade, producer: str, consumer: str) -> Edge:
     """The fusion analysis of the edge ``producer -> producer's tensor -> consumer``."""
     P, C = cascade.einsum(producer), cascade.einsum(consumer)
@@ -215,8 +221,8 @@ def classify_edge(cascade: Cascade, producer: str, consumer: str) -> Edge:
     cls = fusion_class(bool(private_p), bool(private_c))
     iterative = _edge_iterative(P, C, shared)
     halos = tuple(m.halo for m in positions if m.halo is not None)
-    needs = tuple(dict.fromkeys([*P.reduced_ranks, *(m.producer_rank for m in positions if m.needs_complete)]))
-    partial = tuple(r for r in C.reduced_ranks if r in shared_c)
+    needs = tuple(dict.fromkeys([*_reduced(P), *(m.producer_rank for m in positions if m.needs_complete)]))
+    partial = tuple(r for r in _reduced(C) if r in shared_c)
     others = tuple(c for c in cascade.consumers(tensor) if c != consumer)
     orders = _loop_orders(P, C, shared, positions, private_c, iterative, needs, partial)
     buffer = _buffer(cascade, C, positions, partial)

@@ -36,23 +36,46 @@ iterates (an RSp broadcast, e.g. ``A[d,n]`` under ``l``) is held whole, or recom
 The loop order puts the iterative loop first, then the tiled fused loops by
 first appearance in the cascade (outer pieces before inner ones; a re-tiled
 rank is replaced by its pieces), then the untiled ones.
+
+Speed (a mapper analyses thousands of groups, each one Einsum larger than one
+before): the union-find runs over integer node ids and starts from the loops of
+the group one Einsum smaller when no union was refused (:meth:`_GroupModel._edge_loops`),
+convexity likewise (:meth:`GroupAnalyzer._structure`), per-edge rule-3 words and
+buffer factors and terms are built once and shared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import sympy
 
 from mambalaya.analysis.candidates import EinsumDag
 from mambalaya.analysis.edges import Edge, classify_edges, tile_symbol
 from mambalaya.analysis.kinds import iterative_rank
-from mambalaya.analysis.matching import MERGE_KINDS, SAME_LOOP_KINDS, SPLIT_KINDS, Signature
+from mambalaya.analysis.matching import MERGE_KINDS, SAME_LOOP_KINDS, SPLIT_KINDS, PositionMatch, Signature
 from mambalaya.ir.cascade import Cascade
 
 Node = tuple[str, str]  # (einsum, rank)
+
+
+class _lazy:  # noqa: N801  (a decorator, named like the property it replaces)
+    """``functools.cached_property`` without its lock (Python 3.11 takes it on every first access,
+    which thousands of group analyses feel); computed once, then a plain instance attribute."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn, self.name = fn, fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 _ZERO = sympy.Integer(0)
 
 
@@ -92,6 +115,18 @@ class BufferTerm:
         for f in self.factors:
             n *= f.size(tiles)
         return n
+
+    @_lazy
+    def compiled(self) -> tuple[int, tuple[tuple[str, int, int], ...]]:
+        """(bytes of the full-extent positions, (tile rank, full size, halo size) of the tiled ones):
+        the term is ``bytes * prod(min(tile, full) + halo)``."""
+        const, var = self.element_bytes, []
+        for f in self.factors:
+            if f.tile is None:
+                const *= f.full_size
+            else:
+                var.append((f.tile, f.full_size, f.halo_size))
+        return const, tuple(var)
 
 
 @dataclass(frozen=True)
@@ -134,7 +169,7 @@ class CandidateGroup:
     _analyzer: GroupAnalyzer | None = field(default=None, repr=False, compare=False, hash=False)
     _model: _GroupModel | None = field(default=None, repr=False, compare=False, hash=False)
 
-    @cached_property
+    @_lazy
     def schedule(self) -> GroupSchedule:
         if self._analyzer is None or not self.einsums or self.reasons and self._structural:
             return GroupSchedule((), (), (), (), ())
@@ -162,7 +197,7 @@ class CandidateGroup:
     def terms(self) -> tuple[BufferTerm, ...]:
         return self.schedule.terms
 
-    @cached_property
+    @_lazy
     def buffer(self) -> sympy.Expr:
         """On-chip elements as a sympy expression in tile symbols ``T_<group rank>``."""
         return sympy.Add(*(t.expr() for t in self.terms))
@@ -174,15 +209,23 @@ class CandidateGroup:
     def buffer_bytes(self, tiles: Mapping[str, int] | None = None) -> int:
         return sum(t.elems(tiles or {}) * t.element_bytes for t in self.terms)
 
-    @cached_property
+    @_lazy
     def buffer_full_bytes(self) -> int:
         """Bytes on chip with every fused loop at full extent (nothing tiled)."""
         return self.buffer_bytes({})
 
-    @cached_property
+    @_lazy
     def buffer_min_bytes(self) -> int:
         """Bytes on chip with every tiled fused loop at tile 1 (the least this group can need)."""
         return self.buffer_bytes({r.name: 1 for r in self.schedule.ranks if r.tiled})
+
+    def buffer_min_exceeds(self, limit: int) -> int | None:
+        """A lower bound on :attr:`buffer_min_bytes` above ``limit`` when the loop model alone shows one
+        (before the schedule is worked out: cheap rejection of groups that cannot fit), else None."""
+        if self._model is None or "schedule" in self.__dict__:
+            return None
+        bound = self._model.least_bound(limit)
+        return bound if bound > limit else None
 
     def to_dict(self) -> dict:
         return {
@@ -203,53 +246,38 @@ class CandidateGroup:
 
 
 class _Loops:
-    """Union-find over (einsum, rank) nodes that refuses to give one Einsum two ranks in one loop."""
+    """Union-find over the integer ids of (einsum, rank) nodes that refuses to give one Einsum two
+    ranks in one loop: ``mask[root]`` is its loop's Einsums as bits, and loops sharing one never merge."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
-        self.parent: dict[Node, Node] = {n: n for n in nodes}
-        self.owners: dict[Node, dict[str, str]] = {n: {n[0]: n[1]} for n in self.parent}
+    __slots__ = ("parent", "mask")
 
-    @classmethod
-    def of(cls, groups: Iterable[tuple[Node, ...]]) -> _Loops:
-        """The loops of the nodes of ``groups`` (tuples of nodes), each node alone."""
-        self = cls.__new__(cls)
-        parent: dict[Node, Node] = {}
-        owners: dict[Node, dict[str, str]] = {}
-        for nodes in groups:
-            for n in nodes:
-                parent[n] = n
-                owners[n] = {n[0]: n[1]}
-        self.parent, self.owners = parent, owners
-        return self
+    def __init__(self, parent: list[int], mask: list[int]) -> None:
+        self.parent, self.mask = parent, mask
 
-    def find(self, node: Node) -> Node:
+    def copy(self) -> _Loops:
+        return _Loops(self.parent.copy(), self.mask.copy())
+
+    def find(self, i: int) -> int:
         parent = self.parent
-        root = node
-        while parent[root] != root:
-            root = parent[root]
-        while parent[node] != root:
-            parent[node], node = root, parent[node]
-        return root
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        while parent[i] != r:
+            parent[i], i = r, parent[i]
+        return r
 
-    def union(self, a: Node, b: Node) -> bool:
-        parent = self.parent
-        ra = parent[a]  # a root, or a child of one (find would change nothing): no call
-        if parent[ra] != ra:
-            ra = self.find(a)
-        rb = parent[b]
-        if parent[rb] != rb:
-            rb = self.find(b)
+    def union(self, a: int, b: int) -> bool:
+        ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return True
-        oa, ob = self.owners[ra], self.owners[rb]
-        if len(oa) < len(ob):
-            ra, rb, oa, ob = rb, ra, ob, oa
-        for e, r in ob.items():
-            if oa.get(e, r) != r:
-                return False
+        mask = self.mask
+        ma, mb = mask[ra], mask[rb]
+        if ma & mb:
+            return False
+        if ma.bit_count() < mb.bit_count():  # the larger loop's root stays the root
+            ra, rb = rb, ra
         self.parent[rb] = ra
-        oa.update(ob)
-        del self.owners[rb]
+        mask[ra] = ma | mb
         return True
 
 
@@ -264,15 +292,28 @@ class GroupAnalyzer:
         self.dag = EinsumDag(cascade)
         self.order = {n: i for i, n in enumerate(cascade.einsum_names)}
         self.into: dict[str, list[Edge]] = {n: [] for n in cascade.einsum_names}
+        self.out_of: dict[str, list[Edge]] = {n: [] for n in cascade.einsum_names}
         for e in self.edges:
             self.into[e.consumer].append(e)
+            self.out_of[e.producer].append(e)
+        #: group (Einsums as bits) -> its loops after its edges' unions, when none was refused (see
+        #: _GroupModel._edge_loops)
+        self.unions_done: dict[int, _Loops] = {}
+        #: connected convex groups (as bits) -> their (descendants, ancestors), to check one Einsum more
+        self._convex: dict[int, tuple[int, int]] = {}
         self.iter_rank = {e.name: iterative_rank(e) for e in cascade.einsums}
+        self.prefix_sums = {n for n, it in self.iter_rank.items() if it and it[1] == "prefix_sum"}
         self.ranks = {e.name: e.ranks for e in cascade.einsums}
         self.rank_pos = {e.name: {r: i for i, r in enumerate(e.ranks)} for e in cascade.einsums}
+        self.rank_bits: dict[str, int] = {}  # rank name -> the Einsums that have a rank of that name
+        for e in cascade.einsums:
+            for r in e.ranks:
+                self.rank_bits[r] = self.rank_bits.get(r, 0) | 1 << self.order[e.name]
         self.out_ranks = {e.name: e.out_ranks for e in cascade.einsums}
         self.reduced = {e.name: e.reduced_ranks for e in cascade.einsums}
         self.full = {r: (cascade.rank_exprs[r], cascade.rank_size(r)) for r in cascade.rank_exprs}
         self.consumers = {t: tuple(cascade.consumers(t)) for t in cascade.tensors}
+        self.consumer_bits = {n: sum(1 << self.order[c] for c in set(self.consumers[n])) for n in cascade.einsum_names}
         self.einsum_reads = {e.name: tuple(e.reads) for e in cascade.einsums}
         self.nodes = {e.name: tuple((e.name, r) for r in e.ranks) for e in cascade.einsums}
         self.is_output = {t: cascade.tensors[t].role == "output" for t in cascade.tensors}
@@ -280,6 +321,7 @@ class GroupAnalyzer:
         self.recurrence_pos = {e.name: None if e.recurrence is None else e.recurrence.position
                                for e in cascade.einsums}
         self._factors: dict[tuple, BufferFactor] = {}
+        self._terms: dict[tuple, BufferTerm] = {}
         #: per edge: position -> the halos of its matches there (in match order)
         self.edge_halos: dict[int, dict[int, list]] = {}
         for e in self.edges:
@@ -288,10 +330,41 @@ class GroupAnalyzer:
                 if m.halo:
                     halos.setdefault(m.position, []).append(m.halo)
             self.edge_halos[id(e)] = halos
+        #: integer ids of the (einsum, rank) nodes: each group's loop model is a union-find over them
+        self.node_list: list[Node] = [nd for e in cascade.einsums for nd in self.nodes[e.name]]
+        node_id = {nd: i for i, nd in enumerate(self.node_list)}
+        self.node_bit = [1 << self.order[nd[0]] for nd in self.node_list]  # its Einsum, as a bit
+        self.node_ids = {n: tuple(node_id[nd] for nd in self.nodes[n]) for n in self.nodes}
+        #: per Einsum, the positions of its output ranks among its ranks
+        self.out_pos = {e.name: tuple(e.ranks.index(r) for r in e.out_ranks) for e in cascade.einsums}
+        self.out_sizes = {e.name: tuple((e.ranks.index(r), self.full[r][1]) for r in e.out_ranks)
+                          for e in cascade.einsums}
+        self.union_ids: dict[int, list[tuple[int, int]]] = {}
+        self.link_ids: dict[int, list[tuple[int, list[tuple[int, Signature | None]]]]] = {}
         self.unions: dict[int, list[tuple[Node, Node]]] = {}
         self.links: dict[int, list[tuple[Node, list[tuple[Node, Signature | None]]]]] = {}
+        #: per edge: (producer node, why) of the ranks its consumer needs whole, and (consumer node, why,
+        #: match) of the split pieces it reads twice (rule 3; the words are the group's notes)
+        self.needs: dict[int, tuple[tuple[Node, str], ...]] = {}
+        self.crossed: dict[int, tuple[tuple[Node, str, PositionMatch], ...]] = {}
         for e in self.edges:
             self.unions[id(e)], self.links[id(e)] = _edge_loops(e)
+            self.union_ids[id(e)] = [(node_id[a], node_id[b]) for a, b in self.unions[id(e)]]
+            self.link_ids[id(e)] = [(node_id[p], [(node_id[c], sig) for c, sig in kids]) for p, kids in self.links[id(e)]]
+            self.needs[id(e)] = tuple(((e.producer, p), f"{e.consumer} needs all of {e.producer}'s {p} ({_how(e, p)})")
+                                      for p in e.needs_complete)
+            self.crossed[id(e)] = tuple(
+                ((e.consumer, rk), f"{e.consumer} reads the piece {rk} of {e.producer}'s {m.producer_rank} twice "
+                                   f"({' and '.join(m.indices)})", m)
+                for m in e.positions if m.kind in SPLIT_KINDS for rk in m.crossed)
+
+    def term(self, tensor: str, role: str, factors: tuple[BufferFactor, ...], element_bytes: int) -> BufferTerm:
+        """The (immutable, shared) buffer term of these factors: groups repeat the same terms."""
+        key = (tensor, role, *map(id, factors))  # factors are the shared objects of :meth:`factor`
+        got = self._terms.get(key)
+        if got is None:
+            got = self._terms[key] = BufferTerm(tensor, role, factors, element_bytes)
+        return got
 
     def factor(self, rank: str, tile: str | None, halo) -> BufferFactor:
         """The (immutable, shared) buffer factor of a position of ``rank``: its full extent (``tile``
@@ -346,6 +419,15 @@ class GroupAnalyzer:
     def _structure(self, names: list[str]) -> list[str]:
         dag = self.dag
         bits = dag.bits(names)
+        for n in reversed(names):  # a connected convex group plus a neighbour: only convexity to check
+            i = dag.index[n]
+            known = self._convex.get(bits ^ (1 << i))
+            if known is not None and dag.nbr[i] & bits:
+                desc, anc = known[0] | dag.desc[i], known[1] | dag.anc[i]
+                if not desc & anc & ~bits:
+                    self._convex[bits] = (desc, anc)
+                    return []
+                break
         reasons = []
         if not dag.connected(bits):
             parts = self._components(bits)
@@ -359,6 +441,8 @@ class GroupAnalyzer:
             dst = dag.members(dag.desc[wi] & bits)[0]
             reasons.append(f"not convex: the path {src} -> ... -> {w} -> ... -> {dst} leaves the group at {w} "
                            f"and re-enters it (add {w} or split the group)")
+        if not reasons:
+            self._convex[bits] = (dag.descendants(bits), dag.ancestors(bits))
         return reasons
 
     def _components(self, bits: int) -> list[tuple[str, ...]]:
@@ -382,12 +466,15 @@ class GroupAnalyzer:
     def _boundary(self, names: list[str], members: set[str]):
         er = self.einsum_reads
         reads = tuple(dict.fromkeys(t for n in names for t in er[n] if t not in members))
+        bits = 0
+        for n in names:
+            bits |= 1 << self.order[n]
         writes, internal = [], []
         for n in names:
-            consumers = self.consumers[n]
-            if any(x in members for x in consumers):
+            consumers = self.consumer_bits[n]  # the Einsums reading n, as bits
+            if consumers & bits:
                 internal.append(n)
-            if self.is_output[n] or not consumers or any(x not in members for x in consumers):
+            if self.is_output[n] or not consumers or consumers & ~bits:
                 writes.append(n)
         return reads, tuple(writes), tuple(internal)
 
@@ -427,37 +514,50 @@ class _GroupModel:
         self.an = an
         self.names = names
         self.edges = edges
-        nodes = an.nodes
-        loops = _Loops.of(nodes[n] for n in names)
-        self.conflicts: list[str] = []
-        for e in edges:
-            for a, b in an.unions[id(e)]:
-                if not loops.union(a, b):
-                    self.conflicts.append(f"{a[0]}.{a[1]} and {b[0]}.{b[1]} kept as separate loops")
+        loops, self.conflicts = self._edge_loops()
+        find, union = loops.find, loops.union
         self.links = [link for e in edges for link in an.links[id(e)]]
-        changed = bool(self.links)
+        links = [link for e in edges for link in an.link_ids[id(e)]]
+        changed = bool(links)
         while changed:  # pieces of one loop with one signature are one loop
             changed = False
-            first: dict[tuple[Node, Signature | None], Node] = {}
-            for parent, children in self.links:
-                root = loops.find(parent)
+            first: dict[tuple[int, Signature | None], int] = {}
+            for p, children in links:
+                r = find(p)
                 for child, sig in children:
-                    key = (root, sig)
-                    if key not in first:
+                    key = (r, sig)
+                    f = first.get(key)
+                    if f is None:
                         first[key] = child
-                    elif loops.find(first[key]) != loops.find(child) and loops.union(first[key], child):
+                    elif find(f) != find(child) and union(f, child):
                         changed = True
-        self.root = {node: loops.find(node) for node in loops.parent}
+        parent, mask, node_list = loops.parent, loops.mask, an.node_list
+        self.root = root = {}
         self.members: dict[Node, list[Node]] = {}
-        self.roots_of: dict[str, set[Node]] = {n: set() for n in names}
-        for node, root in self.root.items():
-            self.members.setdefault(root, []).append(node)
-            self.roots_of[node[0]].add(root)
+        members = self.members
+        #: per Einsum, the loop of each of its ranks (in rank order); per loop, its Einsums as bits
+        self.loops_of: dict[str, list[Node]] = {}
+        self.loop_bits: dict[Node, int] = {}
+        for n in names:  # nodes in (cascade order, rank position) order
+            self.loops_of[n] = mine = []
+            for i in an.node_ids[n]:
+                ri = parent[i]
+                if parent[ri] != ri:
+                    ri = find(i)
+                node, r = node_list[i], node_list[ri]
+                root[node] = r
+                mine.append(r)
+                got = members.get(r)
+                if got is None:
+                    members[r] = [node]
+                    self.loop_bits[r] = mask[ri]
+                else:
+                    got.append(node)
         self.parents: dict[Node, set[Node]] = {}
         self.children: dict[Node, set[Node]] = {}
         self.linked: set[Node] = set()
-        for parent, kids in self.links:
-            pr = self.root[parent]
+        for par, kids in self.links:
+            pr = self.root[par]
             self.linked.add(pr)
             for child, _ in kids:
                 cr = self.root[child]
@@ -471,6 +571,40 @@ class _GroupModel:
         self.iter_roots = iter_roots
         self.iter_root = iter_roots[0] if len(iter_roots) == 1 else None
         self.family = {self.iter_root} | _closure(self.iter_root, self.parents) if self.iter_root else set()
+
+    def _edge_loops(self) -> tuple[_Loops, list[str]]:
+        """The loops the group's edges make (same loop kinds), and the unions refused, in words.
+
+        Without a refusal the loops are the connected components whatever the order of the unions,
+        so a group one Einsum larger than an analysed one (the enumeration grows groups so) starts
+        from that one's loops and adds its new edges; a refusal makes the order matter: from scratch,
+        in cascade order.
+        """
+        an, names = self.an, self.names
+        inside = set(names)
+        bits = 0
+        for n in names:
+            bits |= 1 << an.order[n]
+        for x in reversed(names):
+            done = an.unions_done.get(bits ^ (1 << an.order[x]))
+            if done is not None:
+                loops = done.copy()
+                new = [e for e in an.into[x] if e.producer in inside]
+                new += [e for e in an.out_of[x] if e.consumer in inside and e.consumer != x]
+                if all(loops.union(a, b) for e in new for a, b in an.union_ids[id(e)]):
+                    an.unions_done[bits] = loops.copy()
+                    return loops, []
+                break
+        node_list = an.node_list
+        loops, refused = _Loops(list(range(len(node_list))), an.node_bit.copy()), []
+        for e in self.edges:
+            for a, b in an.union_ids[id(e)]:
+                if not loops.union(a, b):
+                    (a0, a1), (b0, b1) = node_list[a], node_list[b]
+                    refused.append(f"{a0}.{a1} and {b0}.{b1} kept as separate loops")
+        if not refused:
+            an.unions_done[bits] = loops.copy()
+        return loops, refused
 
     # ---- legality -----------------------------------------------------------
     def legality(self) -> tuple[list[str], str | None]:
@@ -486,7 +620,7 @@ class _GroupModel:
             name = self.loop_names()[self.iter_root]
         return list(dict.fromkeys(reasons)), name
 
-    @cached_property
+    @_lazy
     def _untiled_memo(self) -> tuple[list[str], dict[Node, str]]:
         reasons, untiled = self._untiled()
         return list(reasons), dict(untiled)
@@ -495,29 +629,33 @@ class _GroupModel:
         """Rule 3's breaches, and the fused loops an internal consumer needs whole (with why)."""
         reasons: list[str] = []
         untiled: dict[Node, str] = {}
-        family, root = self.family, self.root
+        family, root, an = self.family, self.root, self.an
         for e in self.edges:
-            cons_roots = self.roots_of[e.consumer]
-            for p in e.needs_complete:
-                r = root[(e.producer, p)]
+            needs, crossed = an.needs[id(e)], an.crossed[id(e)]
+            if not needs and not crossed:
+                continue
+            cons_roots = set(self.loops_of[e.consumer])  # the consumer's loops
+            for node, why in needs:
+                r = root[node]
                 if r in family and not cons_roots.isdisjoint(family):
+                    p = node[1]
                     reasons.append(f"iterative rank {self._label()} cannot stay the outermost sequential loop: "
                                    f"{e.consumer} needs all of {p} from {e.producer} ({_how(e, p)}) before its "
                                    f"own step")
-                elif r in cons_roots:
-                    untiled.setdefault(r, f"{e.consumer} needs all of {e.producer}'s {p} ({_how(e, p)})")
-            for m in e.positions:
-                if m.kind not in SPLIT_KINDS:
-                    continue
-                for rk in m.crossed:
-                    r = root[(e.consumer, rk)]
-                    if r in family:
-                        reasons.append(f"iterative rank {self._label()} cannot stay the outermost sequential "
-                                       f"loop: {e.consumer} reads {e.tensor} at two steps ({' and '.join(m.indices)})")
-                    else:
-                        untiled.setdefault(r, f"{e.consumer} reads the piece {rk} of {e.producer}'s "
-                                              f"{m.producer_rank} twice ({' and '.join(m.indices)})")
+                elif r in cons_roots and r not in untiled:
+                    untiled[r] = why
+            for node, why, m in crossed:
+                r = root[node]
+                if r in family:
+                    reasons.append(f"iterative rank {self._label()} cannot stay the outermost sequential "
+                                   f"loop: {e.consumer} reads {e.tensor} at two steps ({' and '.join(m.indices)})")
+                elif r not in untiled:
+                    untiled[r] = why
         return reasons, untiled
+
+    @_lazy
+    def _clashes(self) -> dict[Node, str]:
+        return self._name_clashes(self._loop_names)
 
     def _name_clashes(self, names: dict[Node, str]) -> dict[Node, str]:
         """Fused loops a mapping could not tile unambiguously, with why.
@@ -527,15 +665,21 @@ class _GroupModel:
         the group belongs to it (a diagonal read such as ``T0[i,i,i]`` can put ``T0``'s ``j`` in the
         loop of ``T1``'s ``i`` while ``T1`` has a ``j`` of its own).
         """
-        an = self.an
-        root = self.root
+        an, members = self.an, self.members
+        bits = 0
+        for n in self.names:
+            bits |= 1 << an.order[n]
         out: dict[Node, str] = {}
         for r, name in names.items():
             if r == self.iter_root:
                 continue  # the iterative loop stays first and sequential (rule 2 and 3 govern it)
             base = name.rstrip("'")
-            stray = sorted(e for e in self.names if base in an.rank_pos[e] and root[(e, base)] != r)
-            if stray:
+            inside = 0  # the Einsums whose rank `base` is this loop's (a loop has one rank per Einsum)
+            for e, rk in members[r]:
+                if rk == base:
+                    inside |= 1 << an.order[e]
+            if an.rank_bits.get(base, 0) & bits != inside:
+                stray = sorted(e for e in self.names if base in an.rank_pos[e] and self.root[(e, base)] != r)
                 out[r] = (f"{', '.join(stray)} also has a rank {base} outside this loop: a tile keyed by name "
                           f"is ambiguous")
         return out
@@ -547,7 +691,7 @@ class _GroupModel:
         return "?"
 
     # ---- loops ------------------------------------------------------------
-    @cached_property
+    @_lazy
     def fused(self) -> list[Node]:
         single = len(self.names) == 1
         linked, it = self.linked, self.iter_root
@@ -555,7 +699,7 @@ class _GroupModel:
         return [r for r, ms in self.members.items()
                 if single or ms[0][0] != ms[-1][0] or r in linked or r == it]
 
-    @cached_property
+    @_lazy
     def first(self) -> dict[Node, tuple[int, int]]:
         an = self.an
         out = {}
@@ -564,40 +708,69 @@ class _GroupModel:
             out[r] = (an.order[n], an.rank_pos[n][rk])
         return out
 
-    def _first_member(self, root: Node) -> Node:
-        return self.members[root][0]  # members are in (cascade order, rank position) order
-
     def loop_names(self) -> dict[Node, str]:
         """A rank name per fused loop: its first member's, primed when two loops would share one."""
         return dict(self._loop_names)
 
-    @cached_property
+    @_lazy
     def _loop_names(self) -> dict[Node, str]:
         names: dict[Node, str] = {}
         used: set[str] = set()
-        for r in sorted(self.fused, key=self.first.__getitem__):
-            name = self._first_member(r)[1]
+        for r in self.fused:  # already by first member (members are listed in the order first seen)
+            name = self.members[r][0][1]
             while name in used:
                 name += "'"
             used.add(name)
             names[r] = name
         return names
 
+    def least_bound(self, limit: int | None = None) -> int:
+        """A lower bound on the buffer need at tile 1 (see :meth:`schedule` and :meth:`_terms`): every
+        tile and state term, each position full unless its loop may be tiled (fused, not untiled by
+        rule 3 or a name clash, not re-tiled into pieces, whose tiles replace its own); holds, halos and
+        partial sums, which only add, are left out. Stops once past ``limit`` (still a lower bound)."""
+        an, links, root = self.an, self.links, self.root
+        untiled, clashes = self._untiled_memo[1], self._clashes
+        replaced = {root[p] for p, kids in links if len({s for _, s in kids}) > 1} if links else ()
+        it = self.iter_root
+        small = {r for r in self.fused if r not in untiled and r not in clashes and (r not in replaced or r == it)}
+        producers = {e.producer for e in self.edges}
+        total = 0
+        for n in self.names:
+            rec = an.recurrence_pos[n]
+            if rec is None and n not in producers:
+                continue
+            loops, tile, state = self.loops_of[n], an.element_bytes[n], an.element_bytes[n]
+            for j, (i, size) in enumerate(an.out_sizes[n]):
+                if loops[i] not in small:
+                    tile *= size
+                    if j != rec:
+                        state *= size
+            total += (tile if n in producers else 0) + (state if rec is not None else 0)
+            if limit is not None and total > limit:
+                break
+        return total
+
     # ---- schedule -----------------------------------------------------------
     def schedule(self) -> GroupSchedule:
         an = self.an
-        names = self.loop_names()
-        fused = self.fused
+        names = self._loop_names
+        fused, root, links = self.fused, self.root, self.links
         untiled = {r: why for r, why in self._untiled_memo[1].items() if r in names}
-        untiled.update({r: why for r, why in self._name_clashes(names).items() if r not in untiled})
-        inner_piece = {self.root[child] for _, kids in self.links for child, sig in kids
-                       if sig is not None and sig[2] is not None}
-        replaced = {self.root[parent] for parent, kids in self.links if len({s for _, s in kids}) > 1}
+        untiled.update({r: why for r, why in self._clashes.items() if r not in untiled})
+        inner_piece = {root[child] for _, kids in links for child, sig in kids
+                       if sig is not None and sig[2] is not None} if links else set()
+        replaced = {root[parent] for parent, kids in links if len({s for _, s in kids}) > 1} if links else set()
         iter_root = self.iter_root
         tiled = [r for r in fused if r not in untiled]
-        order = sorted(tiled, key=lambda r: (r != iter_root, r in inner_piece, self.first[r]))
-        order = [r for r in order if r not in replaced or r == iter_root]
-        order += sorted((r for r in fused if r in untiled and r != iter_root), key=self.first.__getitem__)
+        # tiled is by first member: iterative loop first, then outer pieces, then inner ones (a stable sort)
+        order = [r for r in tiled if r == iter_root]
+        order += [r for r in tiled if r != iter_root and r not in inner_piece]
+        order += [r for r in tiled if r != iter_root and r in inner_piece]
+        if replaced:
+            order = [r for r in order if r not in replaced or r == iter_root]
+        if untiled:
+            order += [r for r in fused if r in untiled and r != iter_root]
         pos = {r: i for i, r in enumerate(order)}
         for parent in replaced:  # a re-tiled rank sits where its outermost piece does
             pieces = [pos[k] for k in _closure(parent, self.children) if k in pos]
@@ -606,39 +779,35 @@ class _GroupModel:
 
         notes: list[str] = []
         for parent, kids in self.links:
-            pr = self.root[parent]
+            pr = root[parent]
             if pr in replaced and len(kids) > 1:
-                note = f"{names[pr]} re-tiled as {' and '.join(names[self.root[k]] for k, _ in kids)}"
+                note = f"{names[pr]} re-tiled as {' and '.join(names[root[k]] for k, _ in kids)}"
                 if note not in notes:
                     notes.append(note)
         for r in sorted(untiled, key=self.first.__getitem__):
             notes.append(f"{names[r]} untiled: {untiled[r]}")
         for n in self.names:
-            it = an.iter_rank[n]
-            if it and it[1] == "prefix_sum":
-                notes.append(f"{names.get(self.root[(n, it[0])], it[0])} walked in order ({n} is a prefix sum)")
+            if n in an.prefix_sums:
+                rk = an.iter_rank[n][0]
+                notes.append(f"{names.get(root[(n, rk)], rk)} walked in order ({n} is a prefix sum)")
         notes += self.conflicts
 
-        einsums_of: dict[Node, set[str]] = {}
-        for n, roots in self.roots_of.items():
-            for x in roots:
-                einsums_of.setdefault(x, set()).add(n)
-        iterating: dict[Node, set[str]] = {}
-        linked = self.parents or self.children
+        iterating: dict[Node, int] = {}  # the Einsums iterating a loop (its own, or linked to it), as bits
+        parents, children, loop_bits = self.parents, self.children, self.loop_bits
         for r in order:
-            if linked and (r in self.parents or r in self.children):
-                rel = {r} | _closure(r, self.parents) | _closure(r, self.children)
-                it: set[str] = set()
-                for x in rel:
-                    it |= einsums_of.get(x, set())
+            if (parents or children) and (r in parents or r in children):
+                it = 0
+                for x in {r} | _closure(r, parents) | _closure(r, children):
+                    it |= loop_bits[x]
                 iterating[r] = it
             else:
-                iterating[r] = einsums_of.get(r, set())
+                iterating[r] = loop_bits[r]
 
         terms = self._terms(set(tiled), names, pos, order, iterating, notes)
-        ranks = tuple(GroupRank(names[r], tuple(sorted(self.members[r], key=lambda nd: (an.order[nd[0]], nd[1]))),
-                                an.full[self._first_member(r)[1]][1], r not in untiled, r == iter_root)
-                      for r in order)
+        full, members = an.full, self.members
+        # a loop holds at most one rank per Einsum (see _Loops), listed in cascade order
+        ranks = tuple(GroupRank(names[r], tuple(members[r]), full[members[r][0][1]][1], r not in untiled,
+                                r == iter_root) for r in order)
         return GroupSchedule(tuple(names[r] for r in order), tuple(names[r] for r in order if r in untiled), ranks,
                              tuple(notes), terms)
 
@@ -650,66 +819,77 @@ class _GroupModel:
             return self.an.factor(rank, None, None)
         return self.an.factor(rank, names[root], halo)
 
-    def _terms(self, tiled: set[Node], names, pos, order, iterating: dict[Node, set[str]],
+    def _terms(self, tiled: set[Node], names, pos, order, iterating: dict[Node, int],
                notes: list[str]) -> tuple[BufferTerm, ...]:
         an = self.an
-        root = self.root
-        factor = an.factor
+        factor, term, fget = an.factor, an.term, an._factors.get  # factors are cached by this key
         npos = len(pos)
         norder = len(order)
         terms: list[BufferTerm] = []
         by_producer: dict[str, list[Edge]] = {}
         for e in self.edges:
-            by_producer.setdefault(e.producer, []).append(e)
+            got = by_producer.get(e.producer)
+            if got is None:
+                by_producer[e.producer] = [e]
+            else:
+                got.append(e)
+        loops = [(i, iterating[outer]) for i, outer in enumerate(order)]
+        bit = an.order
         for n in self.names:
             out_ranks = an.out_ranks[n]
+            mine = self.loops_of[n]
+            out_loops = [mine[i] for i in an.out_pos[n]]
             nbytes = an.element_bytes[n]
             out_edges = by_producer.get(n)
             # the first loop n does not iterate but a consumer does: n's tile is held across it
             hold_from = norder
             if out_edges:
-                consumers = [e.consumer for e in out_edges]
-                for i, outer in enumerate(order):
-                    it = iterating[outer]  # the Einsums iterating loop `outer`
-                    if n not in it and not it.isdisjoint(consumers):
+                me, consumers = 1 << bit[n], 0
+                for e in out_edges:
+                    consumers |= 1 << bit[e.consumer]
+                for i, it in loops:  # it: the Einsums iterating that loop
+                    if not it & me and it & consumers:
                         hold_from = i
                         break
+                halos = [h for e in out_edges if (h := an.edge_halos[id(e)])]
                 factors = []
                 held = []
                 for j, rank in enumerate(out_ranks):
-                    r = root[(n, rank)]
+                    r = out_loops[j]
                     if r not in tiled:
-                        factors.append(factor(rank, None, None))
+                        factors.append(fget((rank, None, None)) or factor(rank, None, None))
                         continue
                     if pos.get(r, npos) > hold_from:
-                        factors.append(factor(rank, None, None))
+                        factors.append(fget((rank, None, None)) or factor(rank, None, None))
                         held.append(rank)
                         continue
                     halo = None
-                    for e in out_edges:
-                        for h in an.edge_halos[id(e)].get(j, ()):
+                    for by_pos in halos:
+                        for h in by_pos.get(j, ()):
                             if halo is None or h.size > halo.size:
                                 halo = h
-                    factors.append(factor(rank, names[r], halo))
+                    name = names[r]
+                    f = fget((rank, name, None)) if halo is None else None
+                    factors.append(f or factor(rank, name, halo))
                 if held:
                     notes.append(f"{n} held whole along {', '.join(held)} while the outer loop "
                                  f"{names[order[hold_from]]} sweeps (or recompute {n})")
-                terms.append(BufferTerm(n, "tile", tuple(factors), nbytes))
+                terms.append(term(n, "tile", tuple(factors), nbytes))
             rec = an.recurrence_pos[n]
             if rec is not None:
                 factors = []
                 for j, rank in enumerate(out_ranks):
                     if j == rec:
                         continue
-                    r = root[(n, rank)]
+                    r = out_loops[j]
                     if r not in tiled or pos.get(r, npos) > norder:
                         factors.append(factor(rank, None, None))
                     else:
                         factors.append(factor(rank, names[r], None))
-                terms.append(BufferTerm(n, "state", tuple(factors), nbytes))
-            if not out_edges and any(root[(n, r)] in tiled for r in an.reduced[n]):
+                terms.append(term(n, "state", tuple(factors), nbytes))
+            if not out_edges and any(self.root[(n, r)] in tiled for r in an.reduced[n]):
                 factors = [self._factor(n, r, tiled, names, pos, norder) for r in out_ranks]
-                terms.append(BufferTerm(n, "partial", tuple(factors), nbytes))
+                terms.append(term(n, "partial", tuple(factors), nbytes))
         return tuple(terms)
 
 

@@ -136,6 +136,7 @@ class _Matcher:
         self.cascade = cascade
         self.producer = producer
         self.consumer = consumer
+        self.consumer_out = consumer.out_ranks  # (printed from sympy on every access: once here)
 
     def num(self, expr: sympy.Expr) -> float:
         value = substitute(sympy.sympify(expr), self.cascade.values, f"index coefficient {expr}")
@@ -161,7 +162,7 @@ class _Matcher:
     def affine(self, ix: sympy.Expr, syms: list[sympy.Symbol], prank: str) -> _Read:
         coefs = {str(s): sympy.expand(ix).coeff(s) for s in syms}
         const = sympy.expand(ix).subs({s: 0 for s in syms})
-        out = self.consumer.out_ranks
+        out = self.consumer_out
         if len(syms) == 1:
             (r,) = coefs
             a = self.num(coefs[r])
@@ -228,7 +229,7 @@ class _Matcher:
             return None
         direction = "both" if lo_n < 0 < hi_n else ("backward" if lo_n < 0 else "forward")
         privates = tuple(s for s in coefs if s != r)
-        return Halo(r, prank, sympy.simplify(window), size, direction, privates)
+        return Halo(r, prank, _simplify(window), size, direction, privates)
 
     def nonaffine(self, ix: sympy.Expr, syms, prank: str, merges: dict[str, tuple[int, int]], pos: int) -> _Read:
         names = [str(s) for s in syms]
@@ -238,11 +239,24 @@ class _Matcher:
             if piece is not None:
                 kind = "merge" if r in merges else ("coarsen" if piece[2] is None else "fine")
                 return _Read(kind, (r,), (piece,))
-        shared = tuple(r for r in self.consumer.out_ranks if r in names)
+        shared = tuple(r for r in self.consumer_out if r in names)
         private = tuple(r for r in names if r not in shared)
         if not shared:
             return _Read("unmatched", private=private)
         return _Read("other", shared, (None,) * len(shared), private=private)
+
+
+def _simplify(expr: sympy.Expr) -> sympy.Expr:
+    """``sympy.simplify``, skipped on a number, a symbol or ``+-symbol + integer`` (a conv window such
+    as ``d_conv - 1``), which it returns unchanged: its first call imports sympy.physics (0.3 s)."""
+    if expr.is_Number or expr.is_Symbol:
+        return expr
+    if expr.is_Add and len(expr.args) == 2:
+        num, rest = expr.args
+        if num.is_Integer and (rest.is_Symbol or rest.is_Mul and rest.args[0] == -1 and len(rest.args) == 2
+                               and rest.args[1].is_Symbol):
+            return expr
+    return sympy.simplify(expr)
 
 
 def _piece(ix: sympy.Expr, sym: sympy.Symbol, num) -> Signature | None:
@@ -289,12 +303,13 @@ def match_positions(cascade: Cascade, producer: Einsum, consumer: Einsum,
     if not reads and consumer.recurrence and consumer.recurrence.init == tensor:
         return _init_matches(producer, consumer)
     m = _Matcher(cascade, producer, consumer)
-    per_pos: list[list[tuple[_Read, str]]] = [[] for _ in producer.out_ranks]
+    out = producer.out_ranks
+    per_pos: list[list[tuple[_Read, str]]] = [[] for _ in out]
     for acc in reads:
         merges = _merged_ranks(acc)
         for pos, ix in enumerate(acc.indices):
-            per_pos[pos].append((m.read(ix, producer.out_ranks[pos], merges, pos), str(ix).replace(" ", "")))
-    return tuple(_combine(pos, producer.out_ranks[pos], found) for pos, found in enumerate(per_pos))
+            per_pos[pos].append((m.read(ix, out[pos], merges, pos), str(ix).replace(" ", "")))
+    return tuple(_combine(pos, out[pos], found) for pos, found in enumerate(per_pos))
 
 
 def _combine(pos: int, prank: str, found: list[tuple[_Read, str]]) -> PositionMatch:

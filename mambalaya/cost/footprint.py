@@ -27,8 +27,12 @@ from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.expr import Access
 from mambalaya.ir.indexing import eval_index
+from mambalaya.ir.sizes import substitute
 
 _ENUM_LIMIT = 50_000_000  # largest cluster space enumerated (elements)
+#: Clusters of more points than this are first tried as one interval (:func:`_interval`): the conv
+#: read of a million-token layer has four million points to enumerate.
+_INTERVAL_FROM = 1 << 16
 _MAX_BOXES = 12  # inclusion-exclusion beyond this falls back to a bitmap
 
 
@@ -95,6 +99,15 @@ def access_boxes(cascade: Cascade, acc: Access) -> list[Box]:
             if init is not None:
                 init = None if init_pos in positions else [*init, (positions, None)]
             continue
+        if (init is None or init_pos not in positions) and _points(cascade, ranks) > _INTERVAL_FROM:
+            codes = _interval(cascade, acc, positions, ranks, sub)
+            if codes is None:
+                codes = _merged(cascade, acc, positions, ranks, sub)
+            if codes is not None:  # what enumerating gives, without the arrays
+                main.append((positions, codes))
+                if init is not None:
+                    init.append((positions, codes))
+                continue
         coords = _enumerate(cascade, acc, positions, ranks)
         inside = np.ones(coords[0].shape, dtype=bool)
         for k, p in enumerate(positions):
@@ -122,6 +135,65 @@ def access_boxes(cascade: Cascade, acc: Access) -> list[Box]:
         clusters = tuple((tuple(renumber[p] for p in pos), c) for pos, c in init)
         boxes.append(_normalise(Box(rec.init, idims, clusters)))
     return [b for b in boxes if b.size > 0]
+
+
+def _points(cascade: Cascade, ranks: frozenset[str]) -> int:
+    return math.prod(cascade.rank_size(r) for r in ranks)
+
+
+def _interval(cascade: Cascade, acc: Access, positions: tuple[int, ...], ranks: frozenset[str],
+              sub: tuple[int, ...]) -> np.ndarray | None:
+    """The sorted in-range values of a one-position affine index, when its values are one run of
+    integers, else None (then enumerate). Sorted by |coefficient|, each coefficient at most one more
+    than the span of the smaller ones makes every integer between the extremes a value (a negative
+    coefficient is a positive one on the reversed rank): ``l+k-3``, ``c*chunk+q``, ``D+d_state*g+n``."""
+    if len(positions) != 1 or _points(cascade, ranks) > _ENUM_LIMIT:
+        return None  # (enumerating says why it cannot)
+    ix = acc.indices[positions[0]]
+    syms = sorted((s for s in ix.free_symbols if str(s) in ranks), key=str)
+    if not syms or not ix.is_polynomial(*syms):
+        return None
+    poly = sympy.Poly(ix, *syms)
+    if poly.total_degree() > 1:
+        return None
+    where = f"index {ix} of {acc.tensor}"
+    const = substitute(poly.coeff_monomial(1), cascade.values, where)
+    if not const.is_Integer:
+        return None
+    lo = hi = int(const)
+    steps = []
+    for sym in syms:
+        a = substitute(poly.coeff_monomial(sym), cascade.values, where)
+        if not a.is_Integer:
+            return None
+        a, n = int(a), cascade.rank_size(str(sym))
+        lo, hi = (lo, hi + a * (n - 1)) if a > 0 else (lo + a * (n - 1), hi)
+        steps.append((abs(a), n))
+    span = 0
+    for a, n in sorted(steps):
+        if n > 1 and a > span + 1:
+            return None  # a gap between values
+        span += a * (n - 1)
+    lo, hi = max(lo, 0), min(hi, sub[0] - 1)
+    return np.arange(lo, hi + 1, dtype=np.int64) if lo <= hi else np.zeros(0, dtype=np.int64)
+
+
+def _merged(cascade: Cascade, acc: Access, positions: tuple[int, ...], ranks: frozenset[str],
+            sub: tuple[int, ...]) -> np.ndarray | None:
+    """``(l // a, l % a)`` read into two axes of sizes ``(d, a)`` (a chunked sequence merged back): its
+    flat index is ``l`` itself, inside while ``l < d * a``; else None (then enumerate)."""
+    if len(positions) != 2 or len(ranks) != 1 or _points(cascade, ranks) > _ENUM_LIMIT:
+        return None
+    f, m = (acc.indices[p] for p in positions)
+    if m.func != sympy.Mod or f.func != sympy.floor or not m.args[0].is_Symbol or str(m.args[0]) not in ranks:
+        return None
+    sym, div = m.args
+    if f.args[0] != sym / div:
+        return None
+    a = substitute(div, cascade.values, f"index {m} of {acc.tensor}")
+    if not a.is_Integer or int(a) != sub[1] or int(a) <= 0:
+        return None
+    return np.arange(min(cascade.rank_size(str(sym)), sub[0] * sub[1]), dtype=np.int64)
 
 
 def _enumerate(

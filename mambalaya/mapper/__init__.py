@@ -3,7 +3,9 @@
 ``optimal_mapping(cascade, arch)`` enumerates legal candidate groups with their
 best tiling (:mod:`.space`), then picks the exact cover of the Einsums that
 minimises the summed group cost (:mod:`.solver`: SCIP by default, CP-SAT on request,
-exhaustive search as the cross-check). ``map_command_result`` is the CLI's ``map --json``.
+exhaustive search as the cross-check). A chain of layers (``layers > 1``) is first tried as the
+one-layer optimum repeated (:func:`_by_layers`, proven by a bound), else solved exactly as a
+shortest path over its layer boundaries (:mod:`.layers`). ``map_command_result`` is the CLI's ``map --json``.
 
 Objective costs are made integers for CP-SAT at a stated resolution
 (:func:`_resolution`): 1 ps or 1 byte, coarsened only when an upper bound on the
@@ -14,11 +16,14 @@ floating point by the cost model, so rounding can only affect ties closer than
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.model import CostReport, evaluate
@@ -26,8 +31,13 @@ from mambalaya.errors import MappingError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers
 from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.mapper.chain_space import build_chain_space
+from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_chain_space, build_space
+from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
 DEFAULT_MAX_SIZE = 24
@@ -110,12 +120,36 @@ def _fmt(n: float) -> str:
     return f"{int(n)} B"
 
 
+def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` with the cyclic garbage collector paused (the caller's setting is restored).
+
+    Building a space allocates millions of short-lived, acyclic objects, so collections keep
+    firing, and each full one re-scans the whole long-lived heap (sympy's caches, the analyses) to
+    free nothing: about a fifth of a cold mamba2 map. Reference counting still frees everything.
+    """
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return run
+
+
+@_gc_paused
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
                     max_cross: int = 8) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
-    ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``). ``max_size`` caps the
+    ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``;
+    ``layers``); with ``ilp`` a chain of layers is solved exactly by :func:`_by_layers` or, when a group
+    crossing layers pays, by the ``layers`` shortest path (:mod:`.layers`). ``max_size`` caps the
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
     crossing a layer boundary up to ``max_cross`` Einsums). Raises MappingError when nothing fits.
@@ -141,10 +175,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges),
                       tuple(c.einsums for c in cands), tuple(round(x / res) for x in costs))
     remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
-    sol = _by_layers(space, problem, res, method, layers) if layers > 1 and method in ("ilp", "mip", "scip") \
-        else None
-    if sol is None:
-        sol = solve(problem, method, remaining)
+    by_layers = layers > 1 and method in ("ilp", "mip", "scip")
+    sol = _by_layers(space, problem, res, method, layers) if by_layers else None
+    if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
+        sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
@@ -177,9 +211,10 @@ def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: 
     sol1 = solve(p1, method)
     # the periodic LP: every chain column folded onto one layer's Einsums (a group crossing a boundary
     # covers its members' one-layer names); its duals y are feasible for every layer's copy of the column
+    base = {e: split_layer_name(e)[0] for e in problem.einsums}
     folded: dict[tuple[str, ...], int] = {}
     for g, c in zip(problem.groups, problem.costs, strict=True):
-        key = tuple(sorted(split_layer_name(e)[0] for e in g))
+        key = tuple(sorted(base[e] for e in g))
         if c < folded.get(key, c + 1):
             folded[key] = c
     lp = pywraplp.Solver.CreateSolver("GLOP")
@@ -199,7 +234,7 @@ def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: 
     # Lagrangian bound with these y over every chain column (exact for any y; tolerances only weaken it)
     bound = layers * sum(y1.values())
     for g, c in zip(problem.groups, problem.costs, strict=True):
-        rc = c - sum(y1[split_layer_name(e)[0]] for e in g)
+        rc = c - sum(y1[base[e]] for e in g)
         if rc < 0:
             bound += rc
     target = layers * sol1.objective
@@ -256,4 +291,5 @@ __all__ = [
     "optimal_mapping",
     "register_solver",
     "solve",
+    "solve_layers",
 ]

@@ -15,6 +15,8 @@ solver, a DP over layers) plugs in without touching the mapper:
   found in a solution becomes a no-good cut ``sum(x_c for c on the cycle) <= k - 1``
   and the model is re-solved; convex candidates rarely form cycles, so this beats an
   order encoding with one integer position per Einsum.
+- ``layers`` (:mod:`.layers`): a chain of identical layers as an exact shortest path over its layer
+  boundaries, one small ``mip`` per distinct layer subproblem; anything else goes to ``mip``.
 - ``exhaustive``: depth-first enumeration of every partition into candidates (with a
   cost-bound prune, exact because costs are non-negative), for small cascades only;
   the cross-check of ``cpsat``.

@@ -19,6 +19,12 @@ candidates are costed once per *shape*: groups of chained layers that differ onl
 by their layer (``X0_L3`` vs ``X0_L7``) have the same cost, so they share one
 evaluation (:func:`_shape_key`).
 
+Speed (a cold mamba2 layer analyses about 2000 groups; every result is the same as without):
+a group whose buffer at tile 1 provably exceeds the buffer is rejected from its loop model alone
+(:meth:`CandidateGroup.buffer_min_exceeds`, a lower bound) before its schedule is worked out; the
+tiling search reads the need from per-group tables (:class:`_Step`, :class:`_Pair`: a staircase
+walk instead of a grid), cached arch-independently with the analysis.
+
 Exact dominance pruning (:meth:`_Coster._split`): a legal group costing at least the best
 split of it into a source (or sink) Einsum and the rest is left out; it is still grown from.
 Roofline latency is subadditive, so on these archs this only removes tiled groups whose
@@ -41,8 +47,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-import numpy as np
-
 from mambalaya.analysis.candidates import EinsumDag, candidate_groups
 from mambalaya.analysis.groups import CandidateGroup
 from mambalaya.arch import Arch
@@ -51,7 +55,7 @@ from mambalaya.cost.latency import compute_seconds, group_latency
 from mambalaya.cost.legality import GroupAnalysis, plain_loop_order
 from mambalaya.cost.traffic import group_traffic
 from mambalaya.ir.cascade import Cascade
-from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
+from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
 
 OBJECTIVES = ("latency", "traffic")
@@ -146,6 +150,7 @@ class _Shared:
     footprints: dict = field(default_factory=dict)
     buffers: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
+    readers: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,11 +196,14 @@ class _Coster:
         # the buffer need of a group at given tiles, compiled once per group (same numbers as the analysis)
         self._needs: dict[tuple[str, ...], _Need] = {}
         self._plans: dict = {}
+        self._reader_maps: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {}
         self._group_compute: dict[tuple[str, ...], float] = {}
+        self._consumers: dict[str, list[str]] | None = None
+        self._nbytes: dict[str, int] = {}
         self._fast = ctx is None  # the context's buffer need is this coster's (so precomputed plans agree)
         if ctx is None:
             sh = shared_analysis(cascade)
-            self._needs, self._plans = sh.needs, sh.plans
+            self._needs, self._plans, self._reader_maps = sh.needs, sh.plans, sh.readers
             ctx = CostContext(cascade, arch, buffer_need=self._buffer_need, _ops=sh.ops, _reads=sh.reads,
                               _footprints=sh.footprints, _buffers=sh.buffers, _analysis=sh.analysis)
         self.ctx = ctx
@@ -211,6 +219,7 @@ class _Coster:
         #: for groups this coster does not cost itself (a chain's within-layer groups): their best, or None
         self.best_elsewhere: Callable[[tuple[str, ...]], float | None] | None = None
         self.dominated = 0
+        self._splits: dict[tuple[str, ...], float] = {}  # _choose's split cost, until choose reads it
 
     def need(self, members: tuple[str, ...], cg: CandidateGroup | None = None) -> _Need:
         got = self._needs.get(members)
@@ -227,8 +236,10 @@ class _Coster:
 
     def _shape_key(self, members: tuple[str, ...]) -> tuple:
         """Members relative to their first layer, plus whether the group touches the first or last layer."""
+        if self.layers <= 1:
+            return (members,)
         split = [split_layer_name(m) for m in members]
-        if self.layers <= 1 or any(k is None for _, k in split):
+        if any(k is None for _, k in split):
             return (members,)
         ks = [k for _, k in split if k is not None]
         lo, hi = min(ks), max(ks)
@@ -240,8 +251,9 @@ class _Coster:
             self.shapes[key] = self._choose(members)
             self.evaluations += 1
         ch = self.shapes[key]
+        split = self._splits.pop(members, None)  # what _choose found, if it ran for these members
         if isinstance(ch, _Choice):
-            self.best[members] = min(_cost_of(ch, self.objective), self._split(members))
+            self.best[members] = min(_cost_of(ch, self.objective), self._split(members) if split is None else split)
         elif isinstance(ch, _Dominated):
             self.best[members] = ch.split_cost
         return ch
@@ -314,27 +326,40 @@ class _Coster:
             plan = self._plans[key] = _TrafficPlan(tuple(reads), writes, nwrites)
         return plan
 
+    def _readers(self, members: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+        """Per tensor the group reads from outside, its readers in cascade order (arch-independent)."""
+        got = self._reader_maps.get(members)
+        if got is None:
+            produced = set(members)
+            readers: dict[str, list[str]] = {}
+            for e in sorted(members, key=self._order.__getitem__):
+                for t in self.ctx.reads(e):
+                    if t not in produced:
+                        readers.setdefault(t, []).append(e)
+            got = self._reader_maps[members] = {t: tuple(who) for t, who in readers.items()}
+        return got
+
     def _traffic_base(self, members: tuple[str, ...]) -> tuple[tuple, int, int]:
         """``group_traffic``'s rows for ``members`` (no recomputation, no residency) with the tiles and
         loop order left free: per read (footprint bytes, ranks indexing it), write bytes and count."""
         ctx, cascade = self.ctx, self.cascade
         produced = set(members)
-        readers: dict[str, list[str]] = {}
-        for e in sorted(members, key=self._order.__getitem__):
-            for t in ctx.reads(e):
-                if t not in produced:
-                    readers.setdefault(t, []).append(e)
         reads = []
-        for t, who in readers.items():
-            fp = ctx.footprint_bytes(t, tuple(who))
+        for t, who in self._readers(members).items():
+            fp = ctx.footprint_bytes(t, who)
             ranks = frozenset().union(*(ctx.reads(e)[t].ranks for e in who))
             reads.append((fp, ranks))
         writes, nwrites = 0, 0
+        if self._consumers is None:
+            self._consumers = {n: cascade.consumers(n) for n in cascade.einsum_names}
         for e in sorted(members, key=self._order.__getitem__):
-            consumers = cascade.consumers(e)
+            consumers = self._consumers[e]
             outside = [c for c in consumers if c not in produced]
             if outside or cascade.tensors[e].role == "output" or not consumers:
-                writes += cascade.nbytes(e)
+                nbytes = self._nbytes.get(e)
+                if nbytes is None:
+                    nbytes = self._nbytes[e] = cascade.nbytes(e)
+                writes += nbytes
                 nwrites += 1
         return tuple(reads), writes, nwrites
 
@@ -366,8 +391,10 @@ class _Coster:
         cg = self.analyse(members)
         if not cg.legal:
             return Rejected(members, "; ".join(cg.reasons))
+        if len(members) > 1 and (bound := cg.buffer_min_exceeds(self.cap)) is not None:  # (also rejected below)
+            return Rejected(members, f"needs at least {bound} bytes on chip even at tile 1", bound)
         order = plain_loop_order(cg.loop_order)
-        split = self._split(members)
+        split = self._splits[members] = self._split(members)
         need = self.need(members, cg)
         if need.at({}) <= self.cap:
             c = self._cost(members, order, {})
@@ -397,8 +424,9 @@ class _Coster:
     def _targets(self, members: tuple[str, ...], cg: CandidateGroup, least: int) -> list[int]:
         """Capacities to tile for: the buffer, and the buffer less each operand (so that operand stays on chip)."""
         out = [self.cap]
+        readers_of = self._readers(members)
         for t in cg.reads:
-            readers = tuple(m for m in members if t in self.ctx.reads(m))
+            readers = readers_of.get(t)
             if readers:
                 left = self.cap - self.ctx.footprint_bytes(t, readers)
                 if left >= least:
@@ -406,22 +434,87 @@ class _Coster:
         return sorted(set(out), reverse=True)[:MAX_TARGETS]
 
 
+class _Step:
+    """One rank of the inner-first shrink of a group's tiled loops (outer ones full, inner ones at 1),
+    with the need at each of its tile options, computed when first asked (for every capacity and arch)."""
+
+    def __init__(self, need: _Need, tiles: dict[str, int], rank: str, size: int) -> None:
+        self.need, self.tiles, self.rank = need, tiles, rank
+        self.options = _tile_options(size)
+        self._at: list[int | None] = [None] * len(self.options)
+
+    def need_at(self, i: int) -> int:
+        got = self._at[i]
+        if got is None:
+            got = self._at[i] = self.need({**self.tiles, self.rank: self.options[i]})
+        return got
+
+
+class _Pair:
+    """A group's need over the tile options of two ranks (``o0``, ``o1``, descending), the others fixed:
+    per term its constant, a factor per option of each rank; a need is then a few multiplications."""
+
+    def __init__(self, need: _Need, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> None:
+        # per term: its constant times its r0 factors per option of r0, and its r1 factors per option of r1
+        self.rows: list[list[int]] = [[0] * len(o0)]  # (a zero term: no term at all needs nothing)
+        self.cols: list[list[int]] = [[0] * len(o1)]
+        for const, var in need.terms:
+            f0, f1 = [], []
+            for r, full, halo in var:
+                if r == r0:
+                    f0.append((full, halo))
+                elif r == r1:
+                    f1.append((full, halo))
+                else:
+                    t = tiles.get(r, full)
+                    const *= (t if t < full else full) + halo
+            row, col = [const] * len(o0), [1] * len(o1)
+            for full, halo in f0:
+                row = [x * ((t if t < full else full) + halo) for x, t in zip(row, o0, strict=True)]
+            for full, halo in f1:
+                col = [x * ((t if t < full else full) + halo) for x, t in zip(col, o1, strict=True)]
+            self.rows.append(row)
+            self.cols.append(col)
+        self._at: dict[tuple[int, int], int] = {}
+
+    def at(self, i: int, j: int) -> int:
+        got = self._at.get((i, j))
+        if got is None:
+            got = self._at[(i, j)] = sum(row[i] * col[j] for row, col in zip(self.rows, self.cols, strict=True))
+        return got
+
+    def largest(self, cap: int) -> list[int | None]:
+        """Per option of r0, the first (largest) option of r1 fitting ``cap`` (None: none fits). The need
+        falls along both axes, so that index only moves left row by row: a staircase walk."""
+        n1 = len(self.cols[0])
+        out: list[int | None] = []
+        j = n1
+        for i in range(len(self.rows[0])):
+            while j > 0 and self.at(i, j - 1) <= cap:
+                j -= 1
+            out.append(j if j < n1 else None)
+        return out
+
+
 class _Need:
     """A group's buffer need compiled to plain arithmetic (the tiling search evaluates it thousands of times)."""
 
     def __init__(self, cg: CandidateGroup) -> None:
-        self.terms = []
+        merged: dict[tuple, int] = {}  # terms with the same tiled factors share one constant (exact: ints)
         for t in cg.terms:
-            const = t.element_bytes
-            var = []
-            for f in t.factors:
-                if f.tile is None:
-                    const *= f.full_size
-                else:
-                    var.append((f.tile, f.full_size, f.halo_size))
-            self.terms.append((const, tuple(var)))
+            const, var = t.compiled
+            merged[var] = merged.get(var, 0) + const
+        self.terms = [(const, var) for var, const in merged.items()]
+        # the distinct (tile rank, extent) pairs, each capped once per evaluation
+        index: dict[tuple[str, int], int] = {}
+        for _, var in self.terms:
+            for r, full, _ in var:
+                index.setdefault((r, full), len(index))
+        self.ranks = tuple(index)
+        self._indexed = [(const, tuple((index[(r, full)], halo) for r, full, halo in var)) for const, var in self.terms]
         self._memo: dict[tuple, int] = {}
-        self._grids: dict[tuple, np.ndarray] = {}
+        self._pairs: dict[tuple, _Pair] = {}
+        self._steps: dict[tuple[str, ...], list[_Step]] = {}
 
     def at(self, tiles: dict[str, int]) -> int:
         """``self(tiles)``, memoised (the tiling search asks the same tilings for every capacity and arch)."""
@@ -431,55 +524,46 @@ class _Need:
             got = self._memo[key] = self(tiles)
         return got
 
-    def grid_cached(self, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> np.ndarray:
-        key = (tuple(sorted(tiles.items())), r0, r1)
-        got = self._grids.get(key)
+    def steps(self, tiled: tuple[str, ...], size: dict[str, int]) -> list[_Step]:
+        """The inner-first shrink of ``tiled`` (outer first), one :class:`_Step` per rank, cached."""
+        got = self._steps.get(tiled)
         if got is None:
-            got = self._grids[key] = self.grid(tiles, r0, o0, r1, o1)
+            got, tiles = [], {r: size[r] for r in tiled}
+            for r in reversed(tiled):
+                got.append(_Step(self, dict(tiles), r, size[r]))
+                tiles[r] = 1
+            self._steps[tiled] = got
         return got
 
-    def grid(self, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> np.ndarray:
-        """The need for every pair of tiles (o0[i], o1[j]) of two ranks, the others fixed (int64)."""
-        a0 = np.asarray(o0, dtype=np.int64)[:, None]
-        a1 = np.asarray(o1, dtype=np.int64)[None, :]
-        total = np.zeros((len(o0), len(o1)), dtype=np.int64)
-        for const, var in self.terms:
-            term: np.ndarray | int = const
-            for r, full, halo in var:
-                if r == r0:
-                    term = term * (np.minimum(a0, full) + halo)
-                elif r == r1:
-                    term = term * (np.minimum(a1, full) + halo)
-                else:
-                    t = tiles.get(r, full)
-                    term = term * ((t if t < full else full) + halo)
-            total += term
-        return total
+    def pair(self, tiles: dict[str, int], r0: str, o0: list[int], r1: str, o1: list[int]) -> _Pair:
+        """The need over the tile options of ``r0`` and ``r1``, the others fixed (cached)."""
+        key = (tuple(sorted(tiles.items())), r0, r1)
+        got = self._pairs.get(key)
+        if got is None:
+            got = self._pairs[key] = _Pair(self, tiles, r0, o0, r1, o1)
+        return got
 
     def __call__(self, tiles: dict[str, int]) -> int:
-        total = 0
         get = tiles.get
-        for const, var in self.terms:
-            for r, full, halo in var:
-                t = get(r)
-                const *= (full if t is None or t >= full else t) + halo
+        size = [full if (t := get(r)) is None or t >= full else t for r, full in self.ranks]  # capped tiles
+        total = 0
+        for const, var in self._indexed:
+            for i, halo in var:
+                const *= size[i] + halo
             total += const
         return total
 
 
-def _largest_fit(need: _Need, tiles: dict[str, int], rank: str, size: int, cap: int) -> int | None:
-    """The largest tile of ``rank`` (full extent or a power of two) fitting ``cap`` with the other tiles fixed."""
-    opts = _tile_options(size)  # descending; need is monotone in the tile
-
-    def fits(t: int) -> bool:
-        return need.at({**tiles, rank: t}) <= cap
-
+def _largest_fit(step: _Step, cap: int) -> int | None:
+    """The largest tile of the step's rank (full extent or a power of two) fitting ``cap``, the other
+    tiles fixed; binary search, as the need is monotone in the tile (options descend)."""
+    opts = step.options
     lo, hi = 0, len(opts) - 1
-    if not fits(opts[hi]):
+    if step.need_at(hi) > cap:
         return None
     while lo < hi:  # first index that fits
         mid = (lo + hi) // 2
-        if fits(opts[mid]):
+        if step.need_at(mid) <= cap:
             hi = mid
         else:
             lo = mid + 1
@@ -490,23 +574,20 @@ def _tilings(cg: _Need, tiled: list[str], size: dict[str, int], cap: int) -> lis
     """Tilings that fit ``cap``: shrink inner loops first (their tiles cause no re-reads of outer-indexed
     operands), and every tile of the outermost loop with the largest fitting tile of the next."""
     out: list[dict[str, int]] = []
-    tiles = {r: size[r] for r in tiled}
-    for r in reversed(tiled):  # innermost first; the inner ones already shrunk to 1
-        t = _largest_fit(cg, tiles, r, size[r], cap)
+    for step in cg.steps(tuple(tiled), size):  # innermost first; the inner ones already shrunk to 1
+        if step.need_at(len(step.options) - 1) > cap:  # not even at tile 1 (as _largest_fit would find)
+            continue
+        t = _largest_fit(step, cap)
         if t is not None:
-            out.append({**tiles, r: t})
+            out.append({**step.tiles, step.rank: t})
             break
-        tiles[r] = 1
     if len(tiled) >= 2:
         r0, r1 = tiled[0], tiled[1]
         rest = {r: size[r] for r in tiled[2:]}
         o0, o1 = _tile_options(size[r0]), _tile_options(size[r1])
-        fit = cg.grid_cached(rest, r0, o0, r1, o1) <= cap  # [t0 option, t1 option], options descending
-        js = fit.argmax(axis=1)  # the largest fitting t1 (need is monotone in it)
-        ok = fit.any(axis=1)
-        for i, t0 in enumerate(o0):
-            if ok[i]:
-                out.append({**rest, r0: t0, r1: o1[int(js[i])]})
+        for t0, j in zip(o0, cg.pair(rest, r0, o0, r1, o1).largest(cap), strict=True):  # options descending
+            if j is not None:
+                out.append({**rest, r0: t0, r1: o1[j]})
     return out
 
 
@@ -539,8 +620,10 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     kept: dict[tuple[str, ...], _Choice | Rejected | _Dominated] = {}
 
     def keep(members: tuple[str, ...]) -> bool:  # dominated groups are grown: a superset may pay
-        kept[members] = coster.choose(members)
-        return not isinstance(kept[members], Rejected)
+        ch = kept.get(members)
+        if ch is None:  # (the loop below has usually chosen it already)
+            ch = kept[members] = coster.choose(members)
+        return not isinstance(ch, Rejected)
 
     enumerated = 0
     for members in candidate_groups(cascade, max_size=max_size, keep=keep, dag=coster.dag):
@@ -560,91 +643,3 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     space.dominated = sum(isinstance(ch, _Dominated) for ch in kept.values())
     space.coster = coster
     return space
-
-
-def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
-    out = []
-    for m in members:
-        base, k = split_layer_name(m)
-        out.append(layer_name(base, (k or 0) + shift))
-    return tuple(out)
-
-
-def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
-                      max_cross: int = 8, chained: Cascade | None = None) -> tuple[Cascade, Space]:
-    """The space of ``chain_layers(layer, layers)`` in time linear in ``layers``.
-
-    Within-layer groups cost the same in every layer (the traffic rule sees the same roles and
-    consumers), so the one-layer space is built once and copied per layer; groups that cross a
-    layer boundary (out_proj of one layer with the in_proj of the next, the decode adapter) are
-    enumerated once on a two-layer chain, up to ``max_cross`` Einsums, and copied per boundary.
-    Exact over that space: the only groups left out cross a boundary with more than ``max_cross``.
-    """
-    chained = chained or chain_layers(layer, layers)
-    one = build_space(layer, arch, objective)
-    cands: list[Candidate] = []
-    for k in range(layers):
-        for c in one.candidates:
-            names = tuple(layer_name(m, k) for m in c.einsums)
-            g = FusionGroup(names, c.group.loop_order, dict(c.group.tiles))
-            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes))
-    enumerated, evaluations = one.enumerated, one.evaluations
-    rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
-    if layers > 1:
-        two = chain_layers(layer, 2)
-        within = set(layer.einsum_names)
-        coster = _Coster(two, arch, objective, None)
-        kept: dict[tuple[str, ...], _Choice | Rejected | _Dominated] = {}
-
-        def base(members: tuple[str, ...]) -> tuple[str, ...] | None:
-            """The one-layer names of a group within one layer of the two (None: it crosses)."""
-            split = [split_layer_name(m) for m in members]
-            if len({k for _, k in split}) == 1 and all(b in within for b, _ in split):
-                return tuple(b for b, _ in split)
-            return None
-
-        def best_elsewhere(members: tuple[str, ...]) -> float | None:
-            b = base(members)
-            return None if b is None else one.best.get(b)
-
-        coster.best_elsewhere = best_elsewhere
-
-        def keep(members: tuple[str, ...]) -> bool:
-            b = base(members)
-            if b is not None:  # within a layer: decided (and costed) by the one-layer space
-                return b in one.grown
-            kept[members] = coster.choose(members)
-            return not isinstance(kept[members], Rejected)
-
-        for members in candidate_groups(two, max_size=max_cross, keep=keep, dag=coster.dag):
-            enumerated += 1
-            if members not in kept and base(members) is None:
-                kept[members] = coster.choose(members)
-        for members, ch in kept.items():
-            if not isinstance(ch, _Choice):
-                if len(members) == 1:
-                    rejected.update({_rename(members, k)[0]: ch for k in range(layers - 1)})
-                continue
-            for k in range(layers - 1):
-                names = _rename(members, k)
-                g = FusionGroup(names, ch.loop_order, dict(ch.tiles))
-                cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
-        evaluations += coster.evaluations
-    two_coster = coster if layers > 1 else None
-    within_names = set(layer.einsum_names)
-
-    def chained_need(group: FusionGroup) -> int:
-        """A chained group's buffer need from the one- or two-layer analysis it was costed with (the
-        same numbers: layers are renamed copies), so the report never analyses the whole chain."""
-        split = [split_layer_name(m) for m in group.einsums]
-        ks = {k or 0 for _, k in split}
-        lo = min(ks)
-        if len(ks) == 1 and all(b in within_names for b, _ in split):
-            return one.coster.need(tuple(b for b, _ in split)).at(group.tiles)
-        assert two_coster is not None
-        return two_coster.need(tuple(layer_name(b, (k or 0) - lo) for b, k in split)).at(group.tiles)
-
-    ctx = CostContext(chained, arch, buffer_need=chained_need)
-    space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
-    space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
-    return chained, space

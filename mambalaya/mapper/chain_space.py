@@ -1,0 +1,143 @@
+"""The space of a whole model (``chain_layers``) from one- and two-layer spaces, in time linear in layers.
+
+Within-layer groups cost the same in every layer (the traffic rule sees the same roles and
+consumers), so the one-layer space is built once and copied per layer; groups that cross a layer
+boundary (out_proj of one layer with the in_proj of the next, the decode adapter) are enumerated
+once on a two-layer chain, up to ``max_cross`` Einsums, and copied per boundary. The chain's cost
+context answers buffer needs and group analyses from those two spaces too (:class:`_Relative`), so
+costing the chosen mapping never analyses the whole chain (64 layers: 1669 edges through sympy).
+"""
+
+from __future__ import annotations
+
+from mambalaya.analysis.candidates import candidate_groups
+from mambalaya.arch import Arch
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.legality import GroupAnalysis
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
+from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.space import Candidate, Rejected, Space, _Choice, _Coster, _Dominated, build_space
+
+
+def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
+    out = []
+    for m in members:
+        base, k = split_layer_name(m)
+        out.append(layer_name(base, (k or 0) + shift))
+    return tuple(out)
+
+
+class _Relative:
+    """Maps a chained group to the one- or two-layer coster it was costed with, and its names there."""
+
+    def __init__(self, layer: Cascade, one: _Coster, two: _Coster | None) -> None:
+        self.within, self.one, self.two = set(layer.einsum_names), one, two
+
+    def __call__(self, members: tuple[str, ...]) -> tuple[_Coster, tuple[str, ...]] | None:
+        """None for a group no space produced (it spans more than two layers)."""
+        split = [split_layer_name(m) for m in members]
+        if any(k is None for _, k in split):
+            return None
+        # an adapter (a name outside the layer) named after layer k sits between layers k-1 and k
+        at = [(b, k, b in self.within) for b, k in split]
+        lo = min(k if inside else k - 1 for _, k, inside in at)  # type: ignore[operator]
+        if all(inside and k == lo for _, k, inside in at):
+            return self.one, tuple(b for b, _, _ in at)
+        rel = [(b, k - lo) for b, k, _ in at]  # type: ignore[operator]
+        if self.two is None or any(k not in (0, 1) for _, k in rel):
+            return None
+        return self.two, tuple(layer_name(b, k) for b, k in rel)
+
+
+class _ChainAnalysis(GroupAnalysis):
+    """The chain's group analyses, read off the one- and two-layer ones (groups are renamed copies:
+    same loops, ranks and buffers); a group spanning more layers gets the whole chain's analysis."""
+
+    def __init__(self, chained: Cascade, relative: _Relative) -> None:  # no analyzer of the whole chain
+        self.cascade, self._relative, self._cache = chained, relative, {}
+        self._full: GroupAnalysis | None = None
+
+    def analyze(self, einsums: tuple[str, ...] | list[str]):
+        rel = self._relative(tuple(einsums))
+        if rel is not None:
+            return rel[0].analyse(rel[1])
+        if self._full is None:
+            self._full = GroupAnalysis(self.cascade)
+        return self._full.analyze(einsums)
+
+
+def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
+                      max_cross: int = 8, chained: Cascade | None = None) -> tuple[Cascade, Space]:
+    """The space of ``chain_layers(layer, layers)`` (or of ``chained``, a chain of ``layer``).
+
+    Exact over that space: the only groups left out cross a boundary with more than ``max_cross``.
+    """
+    chained = chained or chain_layers(layer, layers)
+    one = build_space(layer, arch, objective)
+    cands: list[Candidate] = []
+    for k in range(layers):
+        ren = {m: layer_name(m, k) for m in layer.einsum_names}
+        for c in one.candidates:
+            names = tuple(ren[m] for m in c.einsums)
+            g = FusionGroup(names, c.group.loop_order, dict(c.group.tiles))
+            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes))
+    enumerated, evaluations = one.enumerated, one.evaluations
+    rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
+    coster = None
+    if layers > 1:
+        two = chain_layers(layer, 2, feed=tuple(chained.meta["feed"]))  # type: ignore[arg-type]
+        within = set(layer.einsum_names)
+        coster = _Coster(two, arch, objective, None)
+        kept: dict[tuple[str, ...], _Choice | Rejected | _Dominated] = {}
+
+        def base(members: tuple[str, ...]) -> tuple[str, ...] | None:
+            """The one-layer names of a group within one layer of the two (None: it crosses)."""
+            split = [split_layer_name(m) for m in members]
+            if len({k for _, k in split}) == 1 and all(b in within for b, _ in split):
+                return tuple(b for b, _ in split)
+            return None
+
+        def best_elsewhere(members: tuple[str, ...]) -> float | None:
+            b = base(members)
+            return None if b is None else one.best.get(b)
+
+        coster.best_elsewhere = best_elsewhere
+
+        def keep(members: tuple[str, ...]) -> bool:
+            b = base(members)
+            if b is not None:  # within a layer: decided (and costed) by the one-layer space
+                return b in one.grown
+            ch = kept.get(members)
+            if ch is None:  # (the loop below has usually chosen it already)
+                ch = kept[members] = coster.choose(members)
+            return not isinstance(ch, Rejected)
+
+        for members in candidate_groups(two, max_size=max_cross, keep=keep, dag=coster.dag):
+            enumerated += 1
+            if members not in kept and base(members) is None:
+                kept[members] = coster.choose(members)
+        for members, ch in kept.items():
+            if not isinstance(ch, _Choice):
+                if len(members) == 1:
+                    rejected.update({_rename(members, k)[0]: ch for k in range(layers - 1)})
+                continue
+            for k in range(layers - 1):
+                names = _rename(members, k)
+                g = FusionGroup(names, ch.loop_order, dict(ch.tiles))
+                cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
+        evaluations += coster.evaluations
+    relative = _Relative(layer, one.coster, coster)  # type: ignore[arg-type]
+    analysis = _ChainAnalysis(chained, relative)
+
+    def chained_need(group: FusionGroup) -> int:
+        """A chained group's buffer need from the analysis it was costed with (the same numbers)."""
+        rel = relative(tuple(group.einsums))
+        if rel is None:
+            return analysis.buffer_bytes(group)
+        return rel[0].need(rel[1]).at(group.tiles)
+
+    ctx = CostContext(chained, arch, buffer_need=chained_need, _analysis=analysis)
+    space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
+    space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
+    return chained, space
