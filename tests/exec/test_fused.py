@@ -151,3 +151,27 @@ def test_random_cascades_unfused(text: str) -> None:
 @given(cascades())
 def test_random_cascades_exhaustive(text: str) -> None:
     _check_random(text)
+
+
+# ---- the blocked fused scan ----------------------------------------------
+
+#: Mamba-1's scan fused with its element-wise producers and readout (the benchmark's grouping).
+MAMBA1_SCAN_GROUPS = [["X0", "Z"], ["XC", "X"], ["DTR", "BM", "CM"], ["DT0", "DT"], ["A"],
+                      ["DA", "BX", "H", "SY", "HF"], ["Y", "G", "OUT"], ["CSF"]]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_blocked_scan_matches_reference_and_cost_model(dtype: str) -> None:
+    """Enough channels that the scan runs them in blocks (two full, one partial), blocks innermost:
+    the state in the blocked layout, A staged per block, the readout summed row by row."""
+    from mambalaya.exec.codegen import SCAN_BLOCK, group_source, plan_group
+
+    c = open_cascade("mamba1").with_params(seqlen=11, d_model=40, d_state=4, dt_rank=3, batch=2)
+    assert 2 * SCAN_BLOCK < c.values["D"] < 3 * SCAN_BLOCK
+    m = Mapping(tuple(FusionGroup(tuple(g)) for g in MAMBA1_SCAN_GROUPS), c.name)
+    gi = [g.einsums for g in m.groups].index(("DA", "BX", "H", "SY", "HF"))
+    source = group_source(c, m.groups[gi], plan_group(c, [tuple(g.einsums) for g in m.groups], gi, m), dtype)
+    assert "staged in the state's layout" in source and "lo_d = max(" in source
+    r = verify(c, m, dtype=dtype)
+    assert r["ok"], r
+    assert r["traffic_counted_bytes"] == _predicted(c, m)

@@ -47,3 +47,21 @@ def test_tiled_schedule_matches_transformers(tmp_path) -> None:
     arch = load_arch("imax3").with_overrides(fusion_buffer_bytes=8192)
     got = run_layer(config, weights, x, arch=arch)
     assert np.abs(got - hf.mixer_forward(mixer, x)).max() <= TOL
+
+
+def test_blocked_scan_matches_transformers() -> None:
+    """The fused scan with channels in blocks (d_inner 80: two full blocks and a partial one), float32."""
+    from mambalaya.exec.fused import run_fused
+    from mambalaya.exec.realweights import bind_weights
+    from mambalaya.ir.mapping import FusionGroup, Mapping
+    from mambalaya.parse import open_cascade
+
+    mixer = hf.make_mamba1(d_model=40, d_state=16, seed=3)
+    x = _x(2, 23, 40)
+    c = open_cascade("mamba1").with_params(d_model=40, d_state=16, dt_rank=mixer.time_step_rank, batch=2, seqlen=23)
+    inputs = {**bind_weights(c, hf.mixer_arrays(mixer)), "U": x}
+    groups = [["X0", "Z"], ["XC", "X"], ["DTR", "BM", "CM"], ["DT0", "DT"], ["A"], ["DA", "BX", "H", "SY", "HF"],
+              ["Y", "G", "OUT"], ["CSF"]]
+    m = Mapping(tuple(FusionGroup(tuple(g)) for g in groups), c.name)
+    got = run_fused(c, m, inputs, "float32").outputs["OUT"]
+    assert np.abs(got - hf.mixer_forward(mixer, x)).max() <= TOL
