@@ -49,7 +49,7 @@ class Einsum:
     def name(self) -> str:
         return self.output.tensor
 
-    @property
+    @cached_property
     def out_ranks(self) -> tuple[str, ...]:
         return tuple(str(ix) for ix in self.output.indices)
 
@@ -67,7 +67,7 @@ class Einsum:
                 seen.append(r)
         return tuple(seen)
 
-    @property
+    @cached_property
     def reduced_ranks(self) -> tuple[str, ...]:
         return tuple(r for r in self.ranks if r not in self.out_ranks)
 
