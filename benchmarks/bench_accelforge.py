@@ -345,8 +345,8 @@ def ours_inprocess(key: str, tmp: Path, arch_path: Path = ARCH, repeats: int = 5
         totals.append(t2 - t0)
     assert result is not None and cascade is not None
     unfused = evaluate(cascade, arch)
-    # Latency ties are common (a compute-bound group costs the same split or fused): the least-traffic
-    # mapping, untimed, shows what the latency optimum leaves on the table.
+    # Latency ties are common (a compute-bound group costs the same split or fused); the latency objective
+    # breaks them by traffic. The least-traffic mapping, untimed, shows what latency costs in bytes.
     least = optimal_mapping(cascade, arch, objective="traffic")
     rep = result.report
     return {
@@ -526,8 +526,8 @@ def render(res: dict[str, Any]) -> str:
         + ", ".join(f"{k} {_s(v)}" for k, v in a0["latency_per_einsum_s"].items()) + ".",
         "",
         "Latency ties: a compute-bound Einsum costs the same latency fused or split, so a latency optimum "
-        "is often one of many. Our latency objective has no traffic tie-break, so the mapping it returns may "
-        "move more bytes than a tied one (the untimed traffic-objective rows: "
+        "is often one of many. Our latency objective breaks ties by traffic (lexicographic), so it returns "
+        "the least-traffic one among them (the untimed traffic-objective rows, for comparison: "
         + "; ".join(f"`{k}` {_mb(o['least_traffic']['traffic_bytes'])} at {_s(o['least_traffic']['latency_s'])}"
                     for k, o in ours.items())
         + "). AccelForge's choice of spilling `HH` to main memory is the same kind of tie in its model "

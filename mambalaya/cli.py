@@ -98,7 +98,7 @@ def cmd_map(args: argparse.Namespace) -> int:
     if args.layers < 1:
         raise MambalayaError(f"--layers must be at least 1, got {args.layers}")
     result = map_command_result(cascade, arch, args.objective, args.method, args.layers, args.mapping,
-                                args.time_limit)
+                                args.time_limit, recompute=args.recompute)
     if args.output:
         from mambalaya.ir.mapping import mapping_from_dict, save_mapping
 
@@ -195,7 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("map", help="the optimal fused mapping on an architecture, with its cost")
     _cascade_args(p)
     p.add_argument("--arch", required=True, help="shipped architecture (imax3, mambalaya, marca, h100, h200) or a spec file")
-    p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
+    p.add_argument("--objective", default="latency", choices=["latency", "traffic"],
+                   help="minimised first; ties go to the least of the other (latency: least traffic)")
+    p.add_argument("--recompute", action="store_true",
+                   help="also search re-running cheap multi-consumer point-wise tensors instead of writing them "
+                        "(one layer)")
     p.add_argument("--method", default="ilp", choices=["ilp", "cpsat", "exhaustive"],
                    help="ilp: exact cover as a MIP (OR-Tools SCIP; proves optimality); cpsat: the same model in "
                         "OR-Tools CP-SAT; exhaustive: brute force, for small cascades")

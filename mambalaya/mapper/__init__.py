@@ -12,6 +12,13 @@ Objective costs are made integers for CP-SAT at a stated resolution
 optimum (a known cover's cost) would pass 2^40 units; the reported figures are re-evaluated in
 floating point by the cost model, so rounding can only affect ties closer than
 ``resolution * groups``.
+
+The objective is lexicographic: least latency, then least traffic among the latency-optimal
+mappings (``traffic``: the reverse), so a compute-bound layer, whose latency does not see its
+traffic, does not come back with an arbitrary one of its ties (:mod:`.solver` says how each backend
+does it). For ties to survive rounding, latency is made integer part by part (:func:`_units`): each
+Einsum's compute time is rounded on its own, so two mappings whose compute-bound groups cover the
+same Einsums tie exactly in integers, whatever their grouping.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from mambalaya.arch import Arch, load_arch
+from mambalaya.cost.latency import memory_seconds
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.errors import MappingError
 from mambalaya.ir.cascade import Cascade
@@ -33,6 +41,8 @@ from mambalaya.ir.chain import chain_layers
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper.chain_space import build_chain_space
 from mambalaya.mapper.layers import solve_layers
+from mambalaya.mapper.recompute import conflicts as recompute_conflicts
+from mambalaya.mapper.recompute import variants as recompute_variants
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
 from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space
 
@@ -95,6 +105,52 @@ def _resolution(bound: float, objective: str) -> float:
     return max(base, bound / 2**40)
 
 
+def _units(c: Candidate, objective: str, res: float, arch: Arch) -> int:
+    """A candidate's cost in integer units of ``res``. Latency is rounded part by part, as the roofline
+    adds it up: ``max(sum of members' compute, memory) + overheads``, each member's compute rounded
+    alone, so compute-bound groups add up exactly and equal latencies stay equal in integers."""
+    if objective != "latency":
+        return round(c.traffic_bytes / res)
+    if not c.compute_s:
+        return round(c.latency_s / res)
+    compute = sum(round(x / res) for x in c.compute_s)
+    memory = round(memory_seconds(arch, c.traffic_bytes) / res)
+    return (max(compute, memory) + round(arch.group_overhead_s / res)
+            + round(arch.transfer_overhead_s / res) * c.transfers)
+
+
+def _other(objective: str) -> str:
+    return "traffic" if objective == "latency" else "latency"
+
+
+def _secondary_resolution(cands: list[Candidate], objective: str) -> float:
+    """The tie-break's unit: 1 ps (1 byte) unless a bound on any cover's secondary cost (per Einsum the
+    dearest candidate covering it, summed) passes 2^40 units; so its sums stay exact in SCIP's doubles."""
+    dearest: dict[str, float] = {}
+    for c in cands:
+        v = c.cost(objective)
+        for e in c.einsums:
+            dearest[e] = max(dearest.get(e, 0.0), v)
+    return _resolution(sum(dearest.values()), objective)
+
+
+def build_problem(space: Space, extra: list[Candidate] | None = None
+                  ) -> tuple[Problem, list[Candidate], tuple[float, float]]:
+    """The solver's integer instance of ``space`` (plus ``extra``, recompute variants, with their
+    rows): its candidates (those dearer than a whole cover of the space's own dropped: costs are
+    non-negative), their units and the two resolutions (objective, tie-break)."""
+    objective, other = space.objective, _other(space.objective)
+    bound = upper_bound(space, objective)
+    cands = [c for c in [*space.candidates, *(extra or ())] if c.cost(objective) <= bound * (1 + 1e-9)]
+    res, res2 = _resolution(bound, objective), _secondary_resolution(cands, other)
+    cascade, arch = space.cascade, space.arch
+    rows = recompute_conflicts(cascade, cands) if extra else ()
+    problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges), tuple(c.einsums for c in cands),
+                      tuple(_units(c, objective, res, arch) for c in cands),
+                      tuple(_units(c, other, res2, arch) for c in cands), conflicts=rows)
+    return problem, cands, (res, res2)
+
+
 def explain_infeasible(space: Space) -> MappingError:
     """Why no mapping fits: the Einsums no legal, fitting candidate covers, with their smallest need."""
     covered = {e for c in space.candidates for e in c.einsums}
@@ -144,7 +200,7 @@ def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 @_gc_paused
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
-                    max_cross: int = 8) -> MapResult:
+                    max_cross: int = 8, recompute: bool = False) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
     ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``;
@@ -152,11 +208,14 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     crossing layers pays, by the ``layers`` shortest path (:mod:`.layers`). ``max_size`` caps the
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
-    crossing a layer boundary up to ``max_cross`` Einsums). Raises MappingError when nothing fits.
+    crossing a layer boundary up to ``max_cross`` Einsums). ``recompute`` also searches recomputing
+    cheap multi-consumer tensors (:mod:`.recompute`; one layer only). Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
         raise MappingError(f"unknown objective '{objective}': use one of {', '.join(OBJECTIVES)}")
     arch = load_arch(arch) if isinstance(arch, str) else arch
+    if recompute and layers > 1:
+        raise MappingError("recompute search maps one layer (layers=1)")
     if max_size is None and len(cascade.einsums) > UNBOUNDED_UP_TO:
         max_size = DEFAULT_MAX_SIZE
     start = time.perf_counter()
@@ -167,16 +226,11 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     space_s = time.perf_counter() - start
     if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
         raise explain_infeasible(space)
-    bound = upper_bound(space, objective)
-    # a candidate dearer than a whole cover is in no optimal cover (costs are non-negative)
-    cands = [c for c in space.candidates if c.cost(objective) <= bound * (1 + 1e-9)]
-    costs = [c.cost(objective) for c in cands]
-    res = _resolution(bound, objective)
-    problem = Problem(cascade.einsum_names, tuple(cascade.einsum_graph.edges),
-                      tuple(c.einsums for c in cands), tuple(round(x / res) for x in costs))
+    extra = recompute_variants(space) if recompute and arch.can_fuse else None
+    problem, cands, (res, res2) = build_problem(space, extra)
     remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    sol = _by_layers(space, problem, res, method, layers) if by_layers else None
+    sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
     if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
         sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
     solve_s = time.perf_counter() - start
@@ -188,7 +242,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
                      sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts)
 
 
-def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: int) -> Solution | None:
+def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
+               layers: int) -> Solution | None:
     """The chain's optimum as the one-layer optimum in every layer, when a bound proves it; else None.
 
     Proof (exact): with LP duals ``y`` of the one layer's set partition (GLOP), the Lagrangian bound
@@ -197,30 +252,65 @@ def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: 
     optimum (the acyclicity constraints only raise it). When it reaches ``layers x`` the one-layer
     optimum, the replicated one-layer optimum (schedulable: layers only feed forward) is optimal.
     Otherwise a cross-layer group may pay and the caller solves the whole chain.
-    """
-    from ortools.linear_solver import pywraplp
 
+    Ties (lexicographic): a column of reduced cost ``rc`` is in no cover cheaper than
+    ``bound + max(rc, 0)``, so the optimal covers use only the *tight* columns, where that reaches
+    the optimum. The same Lagrangian bound on the secondary costs over the tight columns, when it
+    reaches ``layers x`` the one-layer secondary, proves the replicated one-layer lexicographic
+    optimum is the chain's.
+    """
     from mambalaya.ir.chain import layer_name, split_layer_name
 
     one = getattr(space, "layer_space", None)
     if one is None or len(problem.einsums) != layers * len(one.cascade.einsums):
         return None  # adapter Einsums between layers: not a plain copy
-    costs1 = [round(c.cost(space.objective) / res) for c in one.candidates]
+    arch, other = space.arch, _other(space.objective)
     p1 = Problem(one.cascade.einsum_names, tuple(one.cascade.einsum_graph.edges),
-                 tuple(c.einsums for c in one.candidates), tuple(costs1))
+                 tuple(c.einsums for c in one.candidates),
+                 tuple(_units(c, space.objective, res[0], arch) for c in one.candidates),
+                 tuple(_units(c, other, res[1], arch) for c in one.candidates))
     sol1 = solve(p1, method)
-    # the periodic LP: every chain column folded onto one layer's Einsums (a group crossing a boundary
-    # covers its members' one-layer names); its duals y are feasible for every layer's copy of the column
     base = {e: split_layer_name(e)[0] for e in problem.einsums}
+    everything = list(range(len(problem.groups)))
+    got = _periodic_bound(problem, everything, problem.costs, base, p1.einsums, layers)
+    target = layers * sol1.objective
+    # integer objective: optimum >= ceil(bound); proven to SCIP's own tolerance (1e-9 of the objective)
+    slack = max(0.5, 1e-9 * target)
+    if got is None or got[0] < target - slack or not sol1.optimal:
+        return None
+    bound, rcs = got
+    if problem.secondary:
+        # float error of bound and rcs (sums of up to ~1e5 terms): about 1e-11 of the objective
+        tight = [i for i in everything if bound + max(rcs[i], 0.0) <= target + max(1e-6, 1e-11 * target)]
+        got2 = _periodic_bound(problem, tight, problem.secondary, base, p1.einsums, layers)
+        target2 = layers * sol1.secondary
+        if got2 is None or got2[0] < target2 - max(0.5, 1e-9 * target2):
+            return None
+    index = {g: i for i, g in enumerate(problem.groups)}
+    chosen = tuple(index[tuple(layer_name(split_layer_name(e)[0], k) for e in p1.groups[i])]
+                   for k in range(layers) for i in sol1.chosen)
+    value = sum(problem.costs[i] for i in chosen)
+    return Solution(chosen, value, True, min(value, math.ceil(bound - 1e-6)), "mip", sol1.cuts, sol1.nodes,
+                    sum(problem.second(i) for i in chosen))
+
+
+def _periodic_bound(problem: Problem, columns: list[int], costs: tuple[int, ...], base: dict[str, str],
+                    einsums1: tuple[str, ...], layers: int) -> tuple[float, list[float]] | None:
+    """A Lagrangian lower bound on the least ``costs`` of a chain cover by ``columns``, and per column
+    (all of them) its reduced cost. The duals y come from the periodic LP: every column folded onto one
+    layer's Einsums (a group crossing a boundary covers its members' one-layer names), so they are
+    feasible for every layer's copy; the bound ``layers y(all) + sum min(0, rc)`` is exact for any y."""
+    from ortools.linear_solver import pywraplp
+
     folded: dict[tuple[str, ...], int] = {}
-    for g, c in zip(problem.groups, problem.costs, strict=True):
-        key = tuple(sorted(base[e] for e in g))
+    for i in columns:
+        key, c = tuple(sorted(base[e] for e in problem.groups[i])), costs[i]
         if c < folded.get(key, c + 1):
             folded[key] = c
     lp = pywraplp.Solver.CreateSolver("GLOP")
     if lp is None:  # pragma: no cover
         return None
-    rows = {e: lp.Constraint(1.0, 1.0) for e in p1.einsums}
+    rows = {e: lp.Constraint(1.0, 1.0) for e in einsums1}
     obj = lp.Objective()
     for key, c in folded.items():
         v = lp.NumVar(0.0, lp.infinity(), "")
@@ -230,27 +320,14 @@ def _by_layers(space: Space, problem: Problem, res: float, method: str, layers: 
     obj.SetMinimization()
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         return None
-    y1 = {e: rows[e].dual_value() for e in p1.einsums}
-    # Lagrangian bound with these y over every chain column (exact for any y; tolerances only weaken it)
-    bound = layers * sum(y1.values())
-    for g, c in zip(problem.groups, problem.costs, strict=True):
-        rc = c - sum(y1[base[e]] for e in g)
-        if rc < 0:
-            bound += rc
-    target = layers * sol1.objective
-    # integer objective: optimum >= ceil(bound); proven to SCIP's own tolerance (1e-9 of the objective)
-    if bound < target - max(0.5, 1e-9 * target) or not sol1.optimal:
-        return None
-    index = {g: i for i, g in enumerate(problem.groups)}
-    chosen = tuple(index[tuple(layer_name(split_layer_name(e)[0], k) for e in p1.groups[i])]
-                   for k in range(layers) for i in sol1.chosen)
-    value = sum(problem.costs[i] for i in chosen)
-    return Solution(chosen, value, True, min(value, math.ceil(bound - 1e-6)), "mip", sol1.cuts, sol1.nodes)
+    y1 = {e: rows[e].dual_value() for e in einsums1}
+    rcs = [c - sum(y1[base[e]] for e in g) for g, c in zip(problem.groups, costs, strict=True)]
+    return layers * sum(y1.values()) + sum(rcs[i] for i in columns if rcs[i] < 0), rcs
 
 
 def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                        layers: int = 1, mapping_file: str | Path | None = None,
-                       time_limit_s: float | None = None) -> dict[str, Any]:
+                       time_limit_s: float | None = None, recompute: bool = False) -> dict[str, Any]:
     """The ``mambalaya map --json`` object (DESIGN.md section 8), built on the cost package's report.
 
     With ``mapping_file`` the file's mapping is evaluated instead of optimised (``optimal`` false).
@@ -265,7 +342,7 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
         mapping = load_mapping(mapping_file).validate(cascade)
         out = map_report(cascade, arch, mapping, objective=objective, method="file")
     else:
-        res = optimal_mapping(cascade, arch, objective, method, time_limit_s, layers=layers)
+        res = optimal_mapping(cascade, arch, objective, method, time_limit_s, layers=layers, recompute=recompute)
         cascade = chain_layers(cascade, layers) if layers > 1 else cascade
         out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
                          solve_s=res.solve_s, method=res.method)
@@ -284,6 +361,7 @@ __all__ = [
     "Solution",
     "Space",
     "build_chain_space",
+    "build_problem",
     "build_space",
     "chain_layers",
     "explain_infeasible",

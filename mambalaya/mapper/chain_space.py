@@ -81,7 +81,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
         for c in one.candidates:
             names = tuple(ren[m] for m in c.einsums)
             g = FusionGroup(names, c.group.loop_order, dict(c.group.tiles))
-            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes))
+            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes, c.compute_s, c.transfers))
     enumerated, evaluations = one.enumerated, one.evaluations
     rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
     coster = None
@@ -98,7 +98,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
                 return tuple(b for b, _ in split)
             return None
 
-        def best_elsewhere(members: tuple[str, ...]) -> float | None:
+        def best_elsewhere(members: tuple[str, ...]) -> tuple[float, float] | None:
             b = base(members)
             return None if b is None else one.best.get(b)
 
@@ -125,7 +125,8 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
             for k in range(layers - 1):
                 names = _rename(members, k)
                 g = FusionGroup(names, ch.loop_order, dict(ch.tiles))
-                cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
+                cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes, ch.compute_s,
+                                       ch.transfers))
         evaluations += coster.evaluations
     relative = _Relative(layer, one.coster, coster)  # type: ignore[arg-type]
     analysis = _ChainAnalysis(chained, relative)

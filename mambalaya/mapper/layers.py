@@ -31,6 +31,10 @@ one-layer subproblems, exactly:
    duals of the layer-folded partition, exact for any duals); the path is recomputed and its
    unevaluated arcs solved until every arc on it is exact. It then costs no more than any other
    path's lower bound, so it is optimal.
+5. **Ties.** Costs are (objective, secondary) pairs compared lexicographically (the solver module's
+   tie-break): both parts add up as above, W is solved lexicographically, a lower bound ``lb`` of
+   the objective is the pair ``(lb, 0)`` (secondary costs are non-negative), and the shortest path
+   takes the least secondary among its least-objective choices (:func:`_lexargmin`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from mambalaya.mapper.solver import Problem, Solution, register_solver, solve
 
 IN, OUT = "<in>", "<out>"
 Key = tuple[frozenset[str], frozenset[str]]  # a crossing candidate's (tail, head) in one-layer names
+Cost = tuple[int, int]  # (objective, secondary)
 INF = float("inf")
 
 
@@ -59,9 +64,9 @@ class Chain:
     feeds: tuple[str, ...]  # layer Einsums reading the previous layer (or its adapter)
     hinge: str  # the layer Einsum the next layer reads
     adapter: bool  # an adapter Einsum sits between layers: every boundary needs a crossing group
-    within: dict[tuple[str, ...], int] = field(default_factory=dict)  # members -> cost
+    within: dict[tuple[str, ...], Cost] = field(default_factory=dict)  # members -> cost
     within_at: list[dict[tuple[str, ...], int]] = field(default_factory=list)  # per layer: members -> column
-    cross: dict[Key, int] = field(default_factory=dict)  # (tail, head) -> least cost
+    cross: dict[Key, Cost] = field(default_factory=dict)  # (tail, head) -> least cost
     cross_at: list[dict[Key, int]] = field(default_factory=list)  # per boundary: (tail, head) -> column
 
 
@@ -115,12 +120,13 @@ def chain_structure(problem: Problem) -> Chain | None:
                   bool(adapters))
     chain.within_at = [{} for _ in range(layers)]
     chain.cross_at = [{} for _ in range(layers - 1)]
-    within_cost: list[dict[tuple[str, ...], int]] = [{} for _ in range(layers)]
-    cross_cost: list[dict[Key, int]] = [{} for _ in range(layers - 1)]
+    within_cost: list[dict[tuple[str, ...], Cost]] = [{} for _ in range(layers)]
+    cross_cost: list[dict[Key, Cost]] = [{} for _ in range(layers - 1)]
     # levels: layer k is 2k, the adapter after it 2k+1
     level = {e: 2 * k + (kind == "adapter") for e, (_, k, kind) in where.items()}  # type: ignore[misc]
     base = {e: b for e, (b, _, _) in where.items()}  # type: ignore[misc]
-    for i, (g, cost) in enumerate(zip(problem.groups, problem.costs, strict=True)):
+    for i, g in enumerate(problem.groups):
+        cost = (problem.costs[i], problem.second(i))
         levels = {level[e] for e in g}
         lo = min(levels)
         if len(levels) == 1 and not lo % 2:
@@ -135,7 +141,7 @@ def chain_structure(problem: Problem) -> Chain | None:
                 return None
             key = (tail, head)
             table, costs = chain.cross_at[k], cross_cost[k]
-        if cost < costs.get(key, cost + 1):
+        if key not in costs or cost < costs[key]:
             costs[key], table[key] = cost, i
     if any(c != within_cost[0] for c in within_cost) or any(c != cross_cost[0] for c in cross_cost):
         return None
@@ -157,7 +163,7 @@ def _duals(chain: Chain) -> dict[str, float]:
         v = lp.NumVar(0.0, lp.infinity(), "")
         for e in members:
             rows[e].SetCoefficient(v, rows[e].GetCoefficient(v) + 1.0)
-        obj.SetCoefficient(v, float(c))
+        obj.SetCoefficient(v, float(c[0]))
     obj.SetMinimization()
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         return dict.fromkeys(chain.einsums, 0.0)
@@ -167,11 +173,11 @@ def _duals(chain: Chain) -> dict[str, float]:
 class _Layer:
     """One layer's subproblem W(head before, tail after): its optimum, cached, and a lower bound."""
 
-    def __init__(self, chain: Chain, method: str) -> None:
-        self.chain, self.method = chain, method
+    def __init__(self, chain: Chain, method: str, lex: bool) -> None:
+        self.chain, self.method, self.lex = chain, method, lex
         self.y = _duals(chain)
         self.margin = 1.0 + 1e-9 * sum(abs(v) for v in self.y.values())  # float rounding of the bound
-        self.exact: dict[tuple, tuple[float, tuple[tuple[str, ...], ...], bool]] = {}
+        self.exact: dict[tuple, tuple[tuple[float, float], tuple[tuple[str, ...], ...], bool]] = {}
         self.cuts = 0
 
     def bounds(self, heads: list, tails: list) -> np.ndarray:
@@ -181,7 +187,7 @@ class _Layer:
         names = self.chain.einsums
         keys = list(self.chain.within)
         cols = np.array([[e in k for e in names] for k in keys], dtype=bool).reshape(len(keys), len(names))
-        rc = np.array([self.chain.within[k] - sum(self.y[e] for e in k) for k in keys])
+        rc = np.array([self.chain.within[k][0] - sum(self.y[e] for e in k) for k in keys])
         y = np.array([self.y[e] for e in names])
         pairs = [(h, t) for h in heads for t in tails]
         taken = np.array([[e in (h or ()) or e in (t or ()) for e in names] for h, t in pairs], dtype=bool)
@@ -195,7 +201,7 @@ class _Layer:
         out[[bool(h and t and h & t) for h, t in pairs]] = INF
         return out.reshape(len(heads), len(tails))
 
-    def solve(self, head: frozenset[str] | None, tail: frozenset[str] | None) -> float:
+    def solve(self, head: frozenset[str] | None, tail: frozenset[str] | None) -> tuple[float, float]:
         """W(head, tail): the least cost of covering the layer's other Einsums, schedulably (INF: none)."""
         key = (head, tail)
         if key not in self.exact:
@@ -205,7 +211,7 @@ class _Layer:
     def _solve(self, head: frozenset[str] | None, tail: frozenset[str] | None):
         ch = self.chain
         if head is not None and tail is not None and head & tail:
-            return INF, (), True
+            return (INF, INF), (), True
         taken = (head or frozenset()) | (tail or frozenset())
         einsums, edges = list(ch.einsums), list(ch.edges)
         groups: list[tuple[str, ...]] = []
@@ -218,39 +224,50 @@ class _Layer:
             edges.append((ch.hinge, OUT))
             groups.append((*(e for e in ch.einsums if e in tail), OUT))
         fixed = len(groups)
-        costs = [0] * fixed
+        costs, second = [0] * fixed, [0] * fixed
         for k, c in ch.within.items():
             if taken.isdisjoint(k):
                 groups.append(k)
-                costs.append(c)
-        sub = Problem(tuple(einsums), tuple(edges), tuple(groups), tuple(costs))
+                costs.append(c[0])
+                second.append(c[1])
+        sub = Problem(tuple(einsums), tuple(edges), tuple(groups), tuple(costs), tuple(second) if self.lex else ())
         try:
             sol = solve(sub, self.method)
         except MappingError:
-            return INF, (), True
+            return (INF, INF), (), True
         self.cuts += sol.cuts
-        return float(sol.objective), tuple(groups[i] for i in sol.chosen if i >= fixed), sol.optimal
+        return ((float(sol.objective), float(sol.secondary)), tuple(groups[i] for i in sol.chosen if i >= fixed),
+                sol.optimal)
 
     def cover(self, head: frozenset[str] | None, tail: frozenset[str] | None) -> tuple[tuple[str, ...], ...]:
         return self.exact[(head, tail)][1]
 
 
-def _shortest(chain: Chain, heads: list, tails: list, arc: np.ndarray, bcost: np.ndarray):
-    """Shortest path through the layers: per layer the (head, tail) arc taken, per boundary the
-    (tail, head) crossing choice. ``arc[h, t]`` is layer cost, ``bcost[t, h]`` a boundary's."""
-    total = np.full(len(heads), INF)
-    total[0] = 0.0  # heads[0] is None: nothing crosses into the first layer
+def _lexargmin(a: np.ndarray, a2: np.ndarray) -> np.ndarray:
+    """Per column (axis 0) the row of least ``a``, ties broken by least ``a2`` (objective values are
+    sums of integers, exact in floats, so equal objectives compare equal)."""
+    return np.where(a == a.min(axis=0), a2, INF).argmin(axis=0)
+
+
+def _shortest(chain: Chain, heads: list, tails: list, arc: tuple[np.ndarray, np.ndarray],
+              bcost: tuple[np.ndarray, np.ndarray]):
+    """Lexicographic shortest path through the layers: per layer the (head, tail) arc taken, per
+    boundary the (tail, head) crossing choice. ``arc[.][h, t]`` is a layer's cost (objective,
+    secondary), ``bcost[.][t, h]`` a boundary's."""
+    total, total2 = np.full(len(heads), INF), np.full(len(heads), INF)
+    total[0] = total2[0] = 0.0  # heads[0] is None: nothing crosses into the first layer
     back: list[tuple[np.ndarray, np.ndarray]] = []
+    cols_t, cols_h = np.arange(len(tails)), np.arange(len(heads))
     for _ in range(chain.layers - 1):
-        a = total[:, None] + arc
-        h_of_t = a.argmin(axis=0)
-        by_t = a[h_of_t, np.arange(len(tails))]
-        b = by_t[:, None] + bcost
-        t_of_h = b.argmin(axis=0)
-        total = b[t_of_h, np.arange(len(heads))]
+        a, a2 = total[:, None] + arc[0], total2[:, None] + arc[1]
+        h_of_t = _lexargmin(a, a2)
+        by_t, by_t2 = a[h_of_t, cols_t], a2[h_of_t, cols_t]
+        b, b2 = by_t[:, None] + bcost[0], by_t2[:, None] + bcost[1]
+        t_of_h = _lexargmin(b, b2)
+        total, total2 = b[t_of_h, cols_h], b2[t_of_h, cols_h]
         back.append((h_of_t, t_of_h))
-    last = total + arc[:, 0]  # tails[0] is None: nothing crosses out of the last layer
-    h = int(last.argmin())
+    last, last2 = total + arc[0][:, 0], total2 + arc[1][:, 0]  # tails[0] is None: nothing crosses out
+    h = int(_lexargmin(last[:, None], last2[:, None])[0])
     value = float(last[h])
     arcs = [(h, 0)]
     for h_of_t, t_of_h in reversed(back):
@@ -266,20 +283,21 @@ def solve_layers(problem: Problem, time_limit_s: float | None = None, method: st
     """A chain of identical layers by a shortest path over its boundaries (module docstring); any
     other problem, or one past its time limit, goes to the monolithic ``method``."""
     start = time.perf_counter()
-    chain = chain_structure(problem)
+    chain = chain_structure(problem) if not problem.conflicts else None
     if chain is None:
         return solve(problem, method, time_limit_s)
-    layer = _Layer(chain, method)
+    layer = _Layer(chain, method, bool(problem.secondary))
     tails: list = [None, *dict.fromkeys(t for t, _ in chain.cross)]
     heads: list = [None, *dict.fromkeys(h for _, h in chain.cross)]
     ti, hi = {t: i for i, t in enumerate(tails)}, {h: i for i, h in enumerate(heads)}
-    bcost = np.full((len(tails), len(heads)), INF)
+    bcost = (np.full((len(tails), len(heads)), INF), np.full((len(tails), len(heads)), INF))
     if not chain.adapter:
-        bcost[0, 0] = 0.0  # no crossing group at a boundary
+        bcost[0][0, 0] = bcost[1][0, 0] = 0.0  # no crossing group at a boundary
     for (t, h), c in chain.cross.items():
-        bcost[ti[t], hi[h]] = c
-    arc = layer.bounds(heads, tails)
-    known = np.zeros(arc.shape, dtype=bool)
+        bcost[0][ti[t], hi[h]], bcost[1][ti[t], hi[h]] = c
+    lb = layer.bounds(heads, tails)
+    arc = (lb, np.where(lb == INF, INF, 0.0))  # (lb, 0): a lexicographic lower bound
+    known = np.zeros(lb.shape, dtype=bool)
     while True:
         value, arcs = _shortest(chain, heads, tails, arc, bcost)
         if value == INF:
@@ -290,7 +308,7 @@ def solve_layers(problem: Problem, time_limit_s: float | None = None, method: st
         if time_limit_s is not None and time.perf_counter() - start > time_limit_s:
             return solve(problem, method, max(0.01, time_limit_s - (time.perf_counter() - start)))
         for h, t in todo:
-            arc[h, t] = layer.solve(heads[h], tails[t])
+            arc[0][h, t], arc[1][h, t] = layer.solve(heads[h], tails[t])
             known[h, t] = True
     chosen: list[int] = []
     for k, (h, t) in enumerate(arcs):
@@ -302,4 +320,4 @@ def solve_layers(problem: Problem, time_limit_s: float | None = None, method: st
     objective = sum(problem.costs[i] for i in chosen)
     optimal = all(layer.exact[(heads[h], tails[t])][2] for h, t in arcs)
     return Solution(tuple(chosen), objective, optimal, objective if optimal else 0, "layers", layer.cuts,
-                    len(layer.exact))
+                    len(layer.exact), sum(problem.second(i) for i in chosen))

@@ -22,14 +22,22 @@ solver, a DP over layers) plugs in without touching the mapper:
   the cross-check of ``cpsat``.
 
 Costs arrive already scaled to non-negative integers (the caller states the resolution).
+
+**Ties** (:attr:`Problem.secondary`): every backend minimises lexicographically, the objective
+first, then the secondary costs (traffic when minimising latency, and vice versa) among the
+covers of least objective. ``mip`` and ``cpsat`` solve twice (:func:`lexicographic`); ``exhaustive``
+compares pairs; ``layers`` runs its shortest path on pairs. A weighted single objective was
+rejected: objective units reach 2^40, so weighting them above any secondary sum needs about 2^80,
+past both SCIP's doubles (exact to 2^53) and CP-SAT's int64.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -49,6 +57,12 @@ class Problem:
     edges: tuple[tuple[str, str], ...]
     groups: tuple[tuple[str, ...], ...]
     costs: tuple[int, ...]
+    secondary: tuple[int, ...] = ()  # tie-breaking costs (non-negative; empty: none)
+    budget: tuple[tuple[int, ...], int] | None = None  # (coefficients, rhs): sum(coef_c x_c) <= rhs
+    conflicts: tuple[tuple[int, ...], ...] = ()  # sets of columns of which at most one is chosen
+
+    def second(self, i: int) -> int:
+        return self.secondary[i] if self.secondary else 0
 
 
 @dataclass(frozen=True)
@@ -57,11 +71,12 @@ class Solution:
 
     chosen: tuple[int, ...]
     objective: int
-    optimal: bool
+    optimal: bool  # proven lexicographically optimal (objective, then secondary)
     bound: int  # proven lower bound on the objective
     method: str
     cuts: int = 0
     nodes: int = 0  # search nodes (exhaustive) or solver calls (cpsat)
+    secondary: int = 0  # the chosen candidates' secondary costs
 
     @property
     def gap(self) -> float:
@@ -115,9 +130,75 @@ def schedule(problem: Problem, chosen: tuple[int, ...]) -> list[int]:
     return list(nx.lexicographical_topological_sort(q, key=first.__getitem__))
 
 
+def _integer_duals(problem: Problem) -> dict[str, int]:
+    """LP duals of the set partition (GLOP), rounded down to integers (zeros when the LP fails)."""
+    from ortools.linear_solver import pywraplp
+
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    if lp is None:  # pragma: no cover
+        return dict.fromkeys(problem.einsums, 0)
+    rows = {e: lp.Constraint(1.0, 1.0) for e in problem.einsums}
+    obj = lp.Objective()
+    for g, c in zip(problem.groups, problem.costs, strict=True):
+        v = lp.NumVar(0.0, lp.infinity(), "")
+        for e in g:
+            rows[e].SetCoefficient(v, 1.0)
+        obj.SetCoefficient(v, float(c))
+    obj.SetMinimization()
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        return dict.fromkeys(problem.einsums, 0)
+    return {e: math.floor(r.dual_value()) for e, r in rows.items()}
+
+
+def lexicographic(problem: Problem, once: Backend, time_limit_s: float | None, method: str) -> Solution:
+    """Least objective, then least secondary among the covers of least objective: two solves.
+
+    Exact, in integers: with any integers y_e and reduced costs ``rc_c = cost_c - y(c)`` every cover
+    costs ``y(all) + sum(rc_c x_c)``, so "objective <= optimum P" is ``sum(rc_c x_c) <= P - y(all)``.
+    With y the floored LP duals that right-hand side is the integrality gap plus rounding (usually a
+    few units), so SCIP's relative feasibility tolerance (1e-6 of the row) cannot let a worse
+    objective through as it could on ``sum(cost_c x_c) <= P`` with P near 2^40; and a column with
+    ``rc_c + sum(min(0, rc)) > P - y(all)`` is in no optimal cover and is dropped (most of them: the
+    second solve is small). The result's objective is re-checked in integers; should it ever miss P,
+    the first solution is returned, not marked optimal.
+    """
+    if problem.secondary and problem.budget is not None:
+        raise MappingError("a problem with secondary costs cannot carry a budget (the second solve sets it)")
+    start = time.perf_counter()
+    first = once(replace(problem, secondary=()), time_limit_s)
+    if not problem.secondary:
+        return first
+    first = replace(first, secondary=sum(problem.secondary[i] for i in first.chosen))
+    y = _integer_duals(problem)
+    rc = [c - sum(y[e] for e in g) for g, c in zip(problem.groups, problem.costs, strict=True)]
+    gap = first.objective - sum(y.values())
+    neg = sum(r for r in rc if r < 0)
+    keep = [i for i, r in enumerate(rc) if r < 0 or r + neg <= gap]
+    vacuous = all(rc[i] == 0 for i in keep) and gap >= 0
+    at = {i: k for k, i in enumerate(keep)}
+    rows = tuple(r for r in (tuple(at[i] for i in row if i in at) for row in problem.conflicts) if len(r) > 1)
+    sub = Problem(problem.einsums, problem.edges, tuple(problem.groups[i] for i in keep),
+                  tuple(problem.secondary[i] for i in keep),
+                  budget=None if vacuous else (tuple(rc[i] for i in keep), gap), conflicts=rows)
+    remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
+    try:
+        second = once(sub, remaining)
+    except MappingError:
+        return replace(first, optimal=False)
+    chosen = tuple(keep[i] for i in second.chosen)
+    if sum(problem.costs[i] for i in chosen) != first.objective:
+        return replace(first, optimal=False)
+    return Solution(chosen, first.objective, first.optimal and second.optimal, first.bound, method,
+                    first.cuts + second.cuts, first.nodes + second.nodes, second.objective)
+
+
 @register_solver("cpsat")
 def solve_cpsat(problem: Problem, time_limit_s: float | None = None) -> Solution:
-    """Set partition on CP-SAT with lazy acyclicity cuts (see the module docstring)."""
+    """Set partition on CP-SAT with lazy acyclicity cuts (see the module docstring), lexicographic."""
+    return lexicographic(problem, _cpsat_once, time_limit_s, "cpsat")
+
+
+def _cpsat_once(problem: Problem, time_limit_s: float | None = None) -> Solution:
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -130,6 +211,14 @@ def solve_cpsat(problem: Problem, time_limit_s: float | None = None) -> Solution
         if not cs:
             raise MappingError(f"no candidate group contains Einsum {e}")
         model.AddExactlyOne(x[i] for i in cs)
+    if problem.budget is not None:
+        terms = [a * v for a, v in zip(problem.budget[0], x, strict=True) if a]
+        if terms:
+            model.Add(sum(terms) <= problem.budget[1])
+        elif problem.budget[1] < 0:
+            raise MappingError("no partition within the budget exists")
+    for row in problem.conflicts:
+        model.AddAtMostOne(x[i] for i in row)
     model.Minimize(sum(c * v for c, v in zip(problem.costs, x, strict=True)))
     start = time.perf_counter()
     cuts = calls = 0
@@ -163,6 +252,11 @@ def solve_cpsat(problem: Problem, time_limit_s: float | None = None) -> Solution
 
 @register_solver("mip")
 def solve_mip(problem: Problem, time_limit_s: float | None = None) -> Solution:
+    """Set partition on SCIP (:func:`_mip_once`), lexicographic (:func:`lexicographic`)."""
+    return lexicographic(problem, _mip_once, time_limit_s, "mip")
+
+
+def _mip_once(problem: Problem, time_limit_s: float | None = None) -> Solution:
     """Set partition on SCIP (OR-Tools' MIP backend) with the same lazy acyclicity cuts as ``cpsat``.
 
     The default: a chain of layers is a set partition with a near-integral LP relaxation, which
@@ -175,7 +269,7 @@ def solve_mip(problem: Problem, time_limit_s: float | None = None) -> Solution:
 
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:  # pragma: no cover - OR-Tools built without SCIP
-        return solve_cpsat(problem, time_limit_s)
+        return _cpsat_once(problem, time_limit_s)
     x = [solver.BoolVar(f"g{i}") for i in range(len(problem.groups))]
     covering: dict[str, list[int]] = {e: [] for e in problem.einsums}
     for i, g in enumerate(problem.groups):
@@ -186,6 +280,15 @@ def solve_mip(problem: Problem, time_limit_s: float | None = None) -> Solution:
             raise MappingError(f"no candidate group contains Einsum {e}")
         row = solver.Constraint(1.0, 1.0)  # sum == 1 (the coefficient API: the natural one is slow in Python)
         for i in cs:
+            row.SetCoefficient(x[i], 1.0)
+    if problem.budget is not None:
+        row = solver.Constraint(-solver.infinity(), float(problem.budget[1]))
+        for a, v in zip(problem.budget[0], x, strict=True):
+            if a:
+                row.SetCoefficient(v, float(a))
+    for rowset in problem.conflicts:
+        row = solver.Constraint(-solver.infinity(), 1.0)
+        for i in rowset:
             row.SetCoefficient(x[i], 1.0)
     obj = solver.Objective()
     for c, v in zip(problem.costs, x, strict=True):
@@ -220,7 +323,12 @@ def solve_mip(problem: Problem, time_limit_s: float | None = None) -> Solution:
 
 @register_solver("exhaustive")
 def solve_exhaustive(problem: Problem, time_limit_s: float | None = None) -> Solution:
-    """Every partition into candidates, depth first in cascade order; the cross-check of ``cpsat``."""
+    """Every partition into candidates, depth first in cascade order; the cross-check of ``cpsat``.
+
+    Lexicographic directly: a partial cover's (objective, secondary) pair only grows, so it is pruned
+    once it is no better than the best complete one; a column sharing a conflict row with a chosen one
+    is skipped; the budget (if any) is checked on complete covers.
+    """
     n = len(problem.einsums)
     if n > EXHAUSTIVE_MAX_EINSUMS:
         raise MappingError(f"method 'exhaustive' handles at most {EXHAUSTIVE_MAX_EINSUMS} Einsums; this cascade "
@@ -230,29 +338,42 @@ def solve_exhaustive(problem: Problem, time_limit_s: float | None = None) -> Sol
     for i, g in enumerate(problem.groups):
         by_first[min(g, key=pos.__getitem__)].append(i)
     for lst in by_first.values():
-        lst.sort(key=problem.costs.__getitem__)
-    best: list = [None, None]  # objective, chosen
+        lst.sort(key=lambda i: (problem.costs[i], problem.second(i)))
+    best: list = [None, None]  # (objective, secondary), chosen
     stats = {"nodes": 0}
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
 
-    def rec(k: int, covered: frozenset[str], chosen: tuple[int, ...], cost: int) -> None:
+    def within_budget(chosen: tuple[int, ...]) -> bool:
+        return problem.budget is None or sum(problem.budget[0][i] for i in chosen) <= problem.budget[1]
+
+    rows_of: dict[int, list[frozenset[int]]] = {}
+    for row in map(frozenset, problem.conflicts):
+        for i in row:
+            rows_of.setdefault(i, []).append(row)
+
+    def clashes(chosen: tuple[int, ...], i: int) -> bool:
+        """Whether column i shares an at-most-one row with a chosen column."""
+        return any(j in row for row in rows_of.get(i, ()) for j in chosen)
+
+    def rec(k: int, covered: frozenset[str], chosen: tuple[int, ...], cost: tuple[int, int]) -> None:
         stats["nodes"] += 1
         if best[0] is not None and cost >= best[0]:
             return
         while k < n and problem.einsums[k] in covered:
             k += 1
         if k == n:
-            if quotient_cycle(problem, chosen) is None:
+            if within_budget(chosen) and quotient_cycle(problem, chosen) is None:
                 best[0], best[1] = cost, chosen
             return
         if deadline is not None and stats["nodes"] % 4096 == 0 and time.perf_counter() > deadline:
             raise MappingError(f"exhaustive search exceeded its {time_limit_s} s limit")
         for i in by_first[problem.einsums[k]]:
             g = problem.groups[i]
-            if covered.isdisjoint(g):
-                rec(k + 1, covered | set(g), (*chosen, i), cost + problem.costs[i])
+            if covered.isdisjoint(g) and not clashes(chosen, i):
+                rec(k + 1, covered | set(g), (*chosen, i), (cost[0] + problem.costs[i], cost[1] + problem.second(i)))
 
-    rec(0, frozenset(), (), 0)
+    rec(0, frozenset(), (), (0, 0))
     if best[1] is None:
         raise MappingError("no schedulable partition into legal fusion groups exists")
-    return Solution(best[1], best[0], True, best[0], "exhaustive", 0, stats["nodes"])
+    (obj, sec), chosen = best
+    return Solution(chosen, obj, True, obj, "exhaustive", 0, stats["nodes"], sec)

@@ -28,14 +28,16 @@ walk instead of a grid), cached arch-independently with the analysis.
 Exact dominance pruning (:meth:`_Coster._split`): a legal group costing at least the best
 split of it into a source (or sink) Einsum and the rest is left out; it is still grown from.
 Roofline latency is subadditive, so on these archs this only removes tiled groups whose
-re-reads cost more than the split (about 7% of mamba2's groups on h200).
+re-reads cost more than the split (about 7% of mamba2's groups on h200). Costs are compared as
+(objective, other objective) pairs, lexicographically (the mapper breaks ties by the other
+objective), and a group within float noise (:data:`TIE`) of its split on the objective is kept
+unless the split is no worse on the other one too: a fused group tying a split on latency but
+moving less data must stay a candidate.
 
-Extension point, not enabled: recomputation variants (a group re-running a cheap
-element-wise producer instead of reading its off-chip copy) would be extra
-candidates with ``FusionGroup.recompute`` set; they are left out because the cost
-model's write rule for a recomputed tensor depends on *all* its consumers' groups,
-which breaks the per-group additivity the exact cover relies on (it would need
-one extra boolean per skipped write, linked to the consumers' choices).
+Recomputation variants (a group re-running a cheap element-wise producer instead of reading its
+off-chip copy) are not built here: the write rule for a recomputed tensor depends on *all* its
+consumers' groups, which breaks per-group additivity; :mod:`.recompute` adds them on request, with
+the linear rows that keep the cover exact.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ from mambalaya.ir.mapping import FusionGroup
 OBJECTIVES = ("latency", "traffic")
 #: Capacities a group's tiling is searched for: the buffer, then the buffer less the smallest operands.
 MAX_TARGETS = 3
+#: Relative float noise under which two objective values count as tied for dominance (summation order).
+TIE = 1e-9
+Score = tuple[float, float]  # (objective, the other objective): compared lexicographically
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,9 @@ class Candidate:
     traffic_bytes: int
     latency_s: float
     buffer_bytes: int
+    compute_s: tuple[float, ...] = ()  # per member (cascade order): the compute part of latency_s
+    transfers: int = 0  # off-chip transfers (per-transfer overhead)
+    unwritten: tuple[str, ...] = ()  # tensors whose write is left out: every outside reader recomputes them
 
     def cost(self, objective: str) -> float:
         return self.latency_s if objective == "latency" else float(self.traffic_bytes)
@@ -112,6 +120,8 @@ class _Choice:
     traffic_bytes: int
     latency_s: float
     buffer_bytes: int
+    compute_s: tuple[float, ...] = ()
+    transfers: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,8 @@ class _Dominated:
     costs no more than, even at its cheapest conceivable tiling: never needed for the optimum."""
 
     einsums: tuple[str, ...]
-    lower_bound: float
-    split_cost: float
+    lower_bound: Score
+    split_cost: Score
 
 
 @cache
@@ -214,12 +224,13 @@ class _Coster:
         self.dag = EinsumDag(cascade)
         self._order = {n: i for i, n in enumerate(cascade.einsum_names)}
         self._compute: dict[str, float] = {}
-        #: best[g]: the least cost of covering g by candidates (its own or a split's); see :meth:`_split`
-        self.best: dict[tuple[str, ...], float] = {}
+        #: best[g]: the least (lexicographic) cost of covering g by candidates (its own or a split's); see :meth:`_split`
+        self.best: dict[tuple[str, ...], Score] = {}
         #: for groups this coster does not cost itself (a chain's within-layer groups): their best, or None
-        self.best_elsewhere: Callable[[tuple[str, ...]], float | None] | None = None
+        self.best_elsewhere: Callable[[tuple[str, ...]], Score | None] | None = None
         self.dominated = 0
-        self._splits: dict[tuple[str, ...], float] = {}  # _choose's split cost, until choose reads it
+        self._splits: dict[tuple[str, ...], Score] = {}  # _choose's split cost, until choose reads it
+        self._member_compute: dict[tuple[str, ...], tuple[float, ...]] = {}
 
     def need(self, members: tuple[str, ...], cg: CandidateGroup | None = None) -> _Need:
         got = self._needs.get(members)
@@ -253,18 +264,18 @@ class _Coster:
         ch = self.shapes[key]
         split = self._splits.pop(members, None)  # what _choose found, if it ran for these members
         if isinstance(ch, _Choice):
-            self.best[members] = min(_cost_of(ch, self.objective), self._split(members) if split is None else split)
+            self.best[members] = min(_score(ch, self.objective), self._split(members) if split is None else split)
         elif isinstance(ch, _Dominated):
             self.best[members] = ch.split_cost
         return ch
 
-    def best_of(self, members: tuple[str, ...]) -> float | None:
+    def best_of(self, members: tuple[str, ...]) -> Score | None:
         got = self.best.get(members)
         if got is None and self.best_elsewhere is not None:
             got = self.best_elsewhere(members)
         return got
 
-    def _split(self, members: tuple[str, ...]) -> float:
+    def _split(self, members: tuple[str, ...]) -> Score:
         """The least cost of splitting ``members`` into a source or sink Einsum and the rest (inf: none).
 
         Exact dominance: removing a source (or sink) e of a convex group G leaves a convex rest, the two
@@ -273,20 +284,30 @@ class _Coster:
         G, which is convex). So a G costing at least this is in no optimal cover that its split is not.
         Groups are costed smallest first, so both parts' ``best`` are known when they are candidates.
         """
+        inf = float("inf")
         if len(members) < 2:
-            return float("inf")
+            return inf, inf
         dag = self.dag
         bits = dag.bits(members)
-        out = float("inf")
+        out = (inf, inf)
         for m in members:
             i = dag.index[m]
             if dag.pred[i] & bits and dag.succ[i] & bits:
                 continue
             rest = self.best_of(tuple(x for x in members if x != m))
             alone = self.best_of((m,))
-            if rest is not None and alone is not None and rest + alone < out:
-                out = rest + alone
+            if rest is not None and alone is not None:
+                both = (rest[0] + alone[0], rest[1] + alone[1])
+                if both < out:
+                    out = both
         return out
+
+    def _members_compute(self, members: tuple[str, ...]) -> tuple[float, ...]:
+        got = self._member_compute.get(members)
+        if got is None:
+            got = self._member_compute[members] = tuple(
+                self._compute_s(e) for e in sorted(members, key=self._order.__getitem__))
+        return got
 
     def _compute_s(self, einsum: str) -> float:
         got = self._compute.get(einsum)
@@ -302,9 +323,11 @@ class _Coster:
         group = FusionGroup(members, order, tiles)
         rows = group_traffic(self.ctx, group)
         total = sum(r.bytes for r in rows)
-        compute = sum(self._compute_s(e) for e in sorted(members, key=self._order.__getitem__))
-        latency, _ = group_latency(self.arch, compute, total, sum(r.reread for r in rows))
-        return _Choice(order, tuple(tiles.items()), total, latency, self.ctx.group_buffer_bytes(group))
+        parts = self._members_compute(members)
+        transfers = sum(r.reread for r in rows)
+        latency, _ = group_latency(self.arch, sum(parts), total, transfers)
+        return _Choice(order, tuple(tiles.items()), total, latency, self.ctx.group_buffer_bytes(group), parts,
+                       transfers)
 
     def _traffic_plan(self, members: tuple[str, ...], order: tuple[str, ...]) -> _TrafficPlan:
         """The traffic rule of ``group_traffic`` for this group, with the tiles left free (arch-independent)."""
@@ -382,10 +405,9 @@ class _Coster:
         transfers += plan.writes
         compute = self._group_compute.get(members)
         if compute is None:
-            compute = self._group_compute[members] = sum(
-                self._compute_s(e) for e in sorted(members, key=self._order.__getitem__))
+            compute = self._group_compute[members] = sum(self._members_compute(members))
         latency, _ = group_latency(self.arch, compute, total, transfers)
-        return _Choice(order, tuple(tiles.items()), total, latency, buf)
+        return _Choice(order, tuple(tiles.items()), total, latency, buf, self._members_compute(members), transfers)
 
     def _choose(self, members: tuple[str, ...]) -> _Choice | Rejected | _Dominated:
         cg = self.analyse(members)
@@ -398,8 +420,7 @@ class _Coster:
         need = self.need(members, cg)
         if need.at({}) <= self.cap:
             c = self._cost(members, order, {})
-            return _Dominated(members, _cost_of(c, self.objective), split) if _cost_of(c, self.objective) >= split \
-                else c
+            return _Dominated(members, _score(c, self.objective), split) if _dominated(c, split, self.objective) else c
         least = need.at({r.name: 1 for r in cg.schedule.ranks if r.tiled})
         if least > self.cap:
             return Rejected(members, _need_words(cg), least)
@@ -417,8 +438,8 @@ class _Coster:
             if best is None or _score(c, self.objective) < _score(best, self.objective):
                 best = c
         assert best is not None
-        if _cost_of(best, self.objective) >= split:
-            return _Dominated(members, _cost_of(best, self.objective), split)
+        if _dominated(best, split, self.objective):
+            return _Dominated(members, _score(best, self.objective), split)
         return best
 
     def _targets(self, members: tuple[str, ...], cg: CandidateGroup, least: int) -> list[int]:
@@ -603,12 +624,17 @@ def _need_words(cg: CandidateGroup) -> str:
     return ", ".join(parts) or "its tiles"
 
 
-def _cost_of(c: _Choice, objective: str) -> float:
-    return c.latency_s if objective == "latency" else float(c.traffic_bytes)
+def _score(c: _Choice, objective: str) -> Score:
+    return (c.latency_s, float(c.traffic_bytes)) if objective == "latency" else (float(c.traffic_bytes), c.latency_s)
 
 
-def _score(c: _Choice, objective: str) -> tuple[float, float]:
-    return (c.latency_s, c.traffic_bytes) if objective == "latency" else (c.traffic_bytes, c.latency_s)
+def _dominated(c: _Choice, split: Score, objective: str) -> bool:
+    """Whether the split covers the group no worse, lexicographically. The objective decides unless the
+    two are within float noise (:data:`TIE`: a tie at the solver's resolution), where the other does."""
+    own = _score(c, objective)
+    if own[0] < split[0]:
+        return False
+    return own[0] > split[0] * (1 + TIE) or own[1] >= split[1]
 
 
 def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
@@ -634,7 +660,8 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     for members, ch in kept.items():
         if isinstance(ch, _Choice):
             group = FusionGroup(members, ch.loop_order, dict(ch.tiles))
-            candidates.append(Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes))
+            candidates.append(Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes,
+                                        ch.compute_s, ch.transfers))
         elif len(members) == 1:
             rejected[members[0]] = ch
     space = Space(cascade, arch, objective, candidates, rejected, enumerated, coster.evaluations, max_size, coster.ctx)
