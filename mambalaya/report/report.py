@@ -39,8 +39,10 @@ def check_output_dir(out_dir: str | Path) -> Path:
     """Fail early (before any solving) if the report could not be put at ``out_dir``."""
     out = Path(out_dir).absolute()
     parent = out.parent
+    while not parent.exists():  # missing folders are made once the report is built, as mkdir -p would
+        parent = parent.parent
     if not parent.is_dir():
-        raise MambalayaError(f"cannot write report to {out_dir}: folder {parent} does not exist")
+        raise MambalayaError(f"cannot write report to {out_dir}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise MambalayaError(f"cannot write report to {out_dir}: folder {parent} is not writable")
     if out.exists():
@@ -142,6 +144,7 @@ def write_report(cascade: Cascade, archs: list[Arch | str], out_dir: str | Path,
     out = check_output_dir(out_dir)
     files = report_files(study(cascade, archs, objective))
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp."))
     except OSError as err:
         raise MambalayaError(f"cannot write report to {out_dir}: {err.strerror}") from None

@@ -142,7 +142,7 @@ def test_unwritable_or_invalid_output(tmp_path, capsys):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "keep.txt").write_text("mine")
     cases = [
-        (tmp_path / "missing" / "out", "does not exist"),
+        (tmp_path / "file" / "out", "not a folder"),
         (tmp_path / "file", "not a folder"),
         (tmp_path / "docs", "non-empty folder that holds no report"),
     ]
@@ -158,6 +158,14 @@ def test_unwritable_or_invalid_output(tmp_path, capsys):
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     _assert_untouched(tmp_path, before)
     assert (tmp_path / "docs" / "keep.txt").read_text() == "mine"
+
+
+def test_missing_folders_are_made(tmp_path):
+    """The README's main command writes to out/mamba2 on a fresh clone, where out/ does not exist yet."""
+    out = tmp_path / "out" / "sub" / "report"
+    assert main(["report", "mlp2", "--arch", "mambalaya", "-o", str(out)]) == 0
+    assert (out / "report.html").is_file()
+    assert [p.name for p in (tmp_path / "out" / "sub").iterdir()] == ["report"]
 
 
 def test_unknown_arch_and_duplicate(tmp_path, capsys):
