@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from random_cascade import cascade_text
 
 from mambalaya.arch import load_arch
 from mambalaya.cost import evaluate
@@ -220,10 +221,7 @@ def cascades(draw) -> str:
             lines.append(f"{name}[m,n] = neg({p}[m,n])")
         mats.append(name)
     size = draw(st.sampled_from([8, 64, 512]))
-    tensors = "\n".join(f"  {w}: {{role: weight}}" for w in weights) or "  A: {role: input}"
-    body = "\n".join(f"  - {line}" for line in lines)
-    return (f"name: rnd\nparams: {{M: {size}, N: 32}}\nranks: {{m: M, n: N, k: N}}\ntensors:\n{tensors}\n"
-            f"einsums:\n{body}\n")
+    return cascade_text(lines, weights, size)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
