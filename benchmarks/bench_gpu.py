@@ -195,11 +195,11 @@ def _timer(dry: bool):
                 fn()
                 ts.append(time.perf_counter() - t0)
             return statistics.median(ts)
-        from mambalaya.exec.triton_backend import cuda_median_s, sequence_times
+        from mambalaya.exec.triton_backend import cuda_median_s, graph_median_s
 
         torch.cuda.synchronize()
         try:
-            return sequence_times(torch, fn, iters)[1]
+            return graph_median_s(torch, fn, iters)
         except Exception as exc:  # noqa: BLE001 - a path that cannot be captured is timed eagerly, and said so
             print(f"  (CUDA graph capture failed: {type(exc).__name__}; timed eagerly)", flush=True)
             torch.cuda.synchronize()

@@ -127,7 +127,6 @@ def triton_available() -> tuple[bool, str]:
 
 #: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages).
 #: The first is the interpreter's (and the default without autotuning).
-#: tl.dot tile choices tried on a GPU: (M/N block cap, K step, num_warps, num_stages).
 DOT_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 4))
 #: Element-wise, reduction and scan groups: outputs per program tried on a GPU (with num_warps). Fewer
 #: outputs per program means more programs: a group with a short grid (a per-chunk cumsum, a scan over
@@ -205,14 +204,16 @@ def run_triton(
     compile_s = 0.0
     tune = cuda if autotune is None else (autotune and cuda)
 
-    def once(kernel: Any, grid: tuple, args: list, kw: dict) -> float:
-        """One launch's time: on a GPU from a CUDA-graph replay of a few launches (an event pair around
-        one eager launch would add the ~20 us Python launch cost to every kernel, however small)."""
-        if not cuda:
+    def timings(kernel: Any, grid: tuple, args: list, kw: dict, repeat: int) -> list[float]:
+        """Seconds of each of ``repeat`` launches: GPU time from CUDA-graph replays, else wall time."""
+        if cuda:
+            return kernel_times_s(torch, lambda: kernel[grid](*args, **kw), repeat)
+        ts = []
+        for _ in range(repeat):
             t1 = time.perf_counter()
             kernel[grid](*args, **kw)
-            return time.perf_counter() - t1
-        return kernel_graph_s(torch, lambda: kernel[grid](*args, **kw))
+            ts.append(time.perf_counter() - t1)
+        return ts
 
     for gi in range(len(mapping.groups)):
         t0 = time.perf_counter()
@@ -234,7 +235,7 @@ def run_triton(
                 try:
                     k2[(p2.programs,)](*a2, **p2.launch)
                     torch.cuda.synchronize()
-                    tt = statistics.median(once(k2, (p2.programs,), a2, p2.launch) for _ in range(3))
+                    tt = statistics.median(timings(k2, (p2.programs,), a2, p2.launch, 3))
                 except Exception:  # noqa: BLE001 - a configuration that does not fit (shared memory) is skipped
                     continue
                 if best is None or tt < best[0]:
@@ -264,7 +265,7 @@ def run_triton(
         compile_s += time.perf_counter() - t0
         for _ in range(warmup):
             kernel[grid](*args, **kw)
-        times = [once(kernel, grid, args, kw) for _ in range(max(1, repeat))]
+        times = timings(kernel, grid, args, kw, max(1, repeat))
         run.times_s = times
         run.time_s = statistics.median(times)
         launches.append((kernel, grid, args, kw))
@@ -291,13 +292,8 @@ def _layer_times(torch: Any, launches: list, repeat: int) -> tuple[float, float]
     return sequence_times(torch, seq, repeat)
 
 
-def kernel_graph_s(torch: Any, launch: Any, per: int = 4) -> float:
-    """Seconds of one ``launch()`` on the GPU: ``per`` launches captured in a CUDA graph, one replay timed."""
-    return sequence_times(torch, lambda: [launch() for _ in range(per)], 1)[1] / per
-
-
-def cuda_median_s(torch: Any, fn: Any, repeat: int) -> float:
-    """Median seconds of ``fn()`` over ``repeat`` calls, timed with CUDA events."""
+def cuda_times_s(torch: Any, fn: Any, repeat: int) -> list[float]:
+    """Seconds of each of ``repeat`` calls of ``fn()``, timed with CUDA events."""
     ts = []
     for _ in range(repeat):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -306,17 +302,19 @@ def cuda_median_s(torch: Any, fn: Any, repeat: int) -> float:
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(ts)
+    return ts
 
 
-def sequence_times(torch: Any, seq: Any, repeat: int) -> tuple[float, float]:
-    """Median seconds of a launch sequence ``seq()``: eager from Python, and replayed as a captured CUDA graph."""
-    seq()
-    torch.cuda.synchronize()
-    eager = cuda_median_s(torch, seq, repeat)
+def cuda_median_s(torch: Any, fn: Any, repeat: int) -> float:
+    """Median seconds of ``fn()`` over ``repeat`` calls, timed with CUDA events."""
+    return statistics.median(cuda_times_s(torch, fn, repeat))
+
+
+def capture_graph(torch: Any, seq: Any) -> Any:
+    """``seq()`` captured once as a CUDA graph (warmed up on a side stream, as capture requires)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as graph capture requires
+    with torch.cuda.stream(side):
         seq()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
@@ -324,7 +322,27 @@ def sequence_times(torch: Any, seq: Any, repeat: int) -> tuple[float, float]:
         seq()
     graph.replay()
     torch.cuda.synchronize()
-    return eager, cuda_median_s(torch, graph.replay, repeat)
+    return graph
+
+
+def graph_median_s(torch: Any, seq: Any, repeat: int) -> float:
+    """Median seconds of one replay of ``seq()`` captured as a CUDA graph: GPU time, no Python launch cost."""
+    return cuda_median_s(torch, capture_graph(torch, seq).replay, repeat)
+
+
+def kernel_times_s(torch: Any, launch: Any, repeat: int, per: int = 4) -> list[float]:
+    """Seconds of one ``launch()``, ``repeat`` times: ``per`` launches captured in one CUDA graph, each
+    replay timed and divided by ``per`` (an event pair around one eager launch would add the ~20 us
+    Python launch cost to every kernel, however small)."""
+    graph = capture_graph(torch, lambda: [launch() for _ in range(per)])
+    return [t / per for t in cuda_times_s(torch, graph.replay, repeat)]
+
+
+def sequence_times(torch: Any, seq: Any, repeat: int) -> tuple[float, float]:
+    """Median seconds of a launch sequence ``seq()``: eager from Python, and replayed as a captured CUDA graph."""
+    seq()
+    torch.cuda.synchronize()
+    return cuda_median_s(torch, seq, repeat), graph_median_s(torch, seq, repeat)
 
 
 def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[float, float, str | None]:
