@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from small_cascades import SMALL, small_cascade
 
 from mambalaya.cost.model import evaluate
 from mambalaya.errors import MambalayaError
@@ -14,18 +15,6 @@ from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.exec.traffic_counter import unfused_rule_bytes
 from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
 from mambalaya.parse import open_cascade, parse_cascade_text
-
-SMALL = {
-    "mamba1": {"seqlen": 13, "d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2": {"seqlen": 19, "d_model": 16, "d_state": 4, "headdim": 8, "chunk": 8},
-    "mamba1-decode": {"d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2-decode": {"d_model": 16, "d_state": 4, "headdim": 8},
-}
-
-
-def _small(name: str):
-    c = open_cascade(name)
-    return c.with_params(**{k: v for k, v in SMALL[name].items() if k in c.params})
 
 
 def _predicted(cascade, mapping: Mapping) -> int:
@@ -36,7 +25,7 @@ def _predicted(cascade, mapping: Mapping) -> int:
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("mamba2", "mamba2-decode") else n
                                   for n in sorted(SMALL)])
 def test_unfused_matches_reference_and_cost_model(name: str) -> None:
-    c = _small(name)
+    c = small_cascade(name)
     m = unfused_mapping(c)
     r = verify(c, m)
     assert r["ok"], r
@@ -47,7 +36,7 @@ def test_unfused_matches_reference_and_cost_model(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["mamba1", pytest.param("mamba2", marks=pytest.mark.slow)])
 def test_fused_groups_match_reference_and_cost_model(name: str) -> None:
-    c = _small(name)
+    c = small_cascade(name)
     names = c.einsum_names
     m = Mapping((FusionGroup(names),), c.name)
     r = verify(c, m)
@@ -56,7 +45,7 @@ def test_fused_groups_match_reference_and_cost_model(name: str) -> None:
 
 
 def test_count_off_runs_the_same_numbers() -> None:
-    c = _small("mamba1")
+    c = small_cascade("mamba1")
     m = unfused_mapping(c)
     inputs = random_inputs(c)
     on, off = run_fused(c, m, inputs), run_fused(c, m, inputs, count=False)
@@ -66,7 +55,7 @@ def test_count_off_runs_the_same_numbers() -> None:
 
 
 def test_float32_and_second_run_hits_cache() -> None:
-    c = _small("mamba1")
+    c = small_cascade("mamba1")
     m = Mapping((FusionGroup(c.einsum_names),), c.name)  # one kernel to compile
     assert verify(c, m, dtype="float32")["ok"]
     again = run_fused(c, m, random_inputs(c, 1), "float32")

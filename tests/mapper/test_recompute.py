@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mapper.test_mapper import _same, cascades
+from small_cascades import small_cascade
 
 from mambalaya.cost import evaluate
 from mambalaya.errors import MappingError
@@ -19,18 +20,6 @@ from mambalaya.exec.verify import verify_mapping
 from mambalaya.mapper import optimal_mapping
 from mambalaya.mapper.recompute import recomputable
 from mambalaya.parse import open_cascade, parse_cascade_text
-
-SMALL = {
-    "mamba1": {"seqlen": 13, "d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2": {"seqlen": 19, "d_model": 16, "d_state": 4, "headdim": 8, "chunk": 4},
-    "mamba1-decode": {"d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2-decode": {"d_model": 16, "d_state": 4, "headdim": 8},
-}
-
-
-def _small(name: str):
-    c = open_cascade(name)
-    return c.with_params(**{k: v for k, v in SMALL[name].items() if k in c.params})
 
 
 def _consistent(c, arch, r) -> None:
@@ -50,7 +39,7 @@ def test_recomputable_tensors() -> None:
 @pytest.mark.parametrize("arch", ["imax3", "h200"])
 @pytest.mark.parametrize("max_size", [1, 2])
 def test_recompute_ilp_equals_exhaustive(name: str, arch: str, max_size: int) -> None:
-    c = _small(name)
+    c = small_cascade(name, chunk=4)
     for objective in ("latency", "traffic"):
         ilp = optimal_mapping(c, arch, objective, recompute=True, max_size=max_size)
         ex = optimal_mapping(c, arch, objective, method="exhaustive", recompute=True, max_size=max_size)
@@ -73,7 +62,7 @@ def _verified(c, arch, r) -> None:
                                                           ("mamba2-decode", "imax3", 2, "traffic")])
 def test_recompute_mapping_runs(name: str, arch: str, max_size: int, objective: str) -> None:
     """The executor re-runs the producer, computes the reference's numbers and moves the predicted bytes."""
-    c = _small(name)
+    c = small_cascade(name, chunk=4)
     r = optimal_mapping(c, arch, objective, recompute=True, max_size=max_size)
     assert any(g.recompute for g in r.mapping.groups)
     _verified(c, arch, r)
@@ -85,7 +74,7 @@ def test_recompute_mapping_runs(name: str, arch: str, max_size: int, objective: 
 @pytest.mark.parametrize("max_size", [1, 2, 3])
 @pytest.mark.parametrize("objective", ["latency", "traffic"])
 def test_every_recompute_mapping_runs(name: str, arch: str, max_size: int, objective: str) -> None:
-    c = _small(name)
+    c = small_cascade(name, chunk=4)
     r = optimal_mapping(c, arch, objective, recompute=True, max_size=max_size)
     _consistent(c, arch, r)
     if any(g.recompute for g in r.mapping.groups):
