@@ -1,6 +1,6 @@
 """Generated Triton kernels on a GPU: measured time per group and per layer next to the h200 cost model.
 
-    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--budget-s 420] [--mamba-ssm SRC_DIR]
+    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--first N] [--budget-s 420] [--mamba-ssm SRC_DIR]
     python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json --md benchmarks/results/gpu.md
     TRITON_INTERPRET=1 python benchmarks/bench_gpu.py /tmp/x --dry     # CPU self-test, tiny shapes
 
@@ -177,6 +177,32 @@ def load_mamba_ssm(src: str | None) -> Any:
     return mamba_chunk_scan_combined
 
 
+def mamba_ssm_kernels(timeit: Any, args: tuple, repeat: int) -> dict[str, float]:
+    """Seconds of each of mamba_ssm's five SSD kernels, each timed alone on its real inputs.
+
+    Their counterparts among the generated groups: chunk_cumsum ~ ACS, chunk_state ~ DS ST,
+    state_passing ~ S, bmm_chunk ~ CB, chunk_scan ~ LM YD + YO (+ the skip term of Y)."""
+    import torch
+    from einops import rearrange
+    from mamba_ssm.ops.triton import ssd_combined as sc
+
+    x, dt, a, b4, c4, q, dskip = args  # B and C: (batch, seqlen, ngroups, dstate)
+    da_cs, dt_c = sc._chunk_cumsum_fwd(dt, a, q)
+    states = sc._chunk_state_fwd(b4, x, dt_c, da_cs, states_in_fp32=True)
+    flat = rearrange(states, "... p n -> ... (p n)")
+    passed, _ = sc._state_passing_fwd(flat, da_cs[:, :, :, -1], chunk_size=q, out_dtype=c4.dtype)
+    passed = rearrange(passed, "... (p n) -> ... p n", n=states.shape[-1])
+    cb = sc._bmm_chunk_fwd(c4, b4, q, output_dtype=torch.float32)
+    steps = {
+        "chunk_cumsum": lambda: sc._chunk_cumsum_fwd(dt, a, q),
+        "chunk_state": lambda: sc._chunk_state_fwd(b4, x, dt_c, da_cs, states_in_fp32=True),
+        "state_passing": lambda: sc._state_passing_fwd(flat, da_cs[:, :, :, -1], chunk_size=q, out_dtype=c4.dtype),
+        "bmm_chunk": lambda: sc._bmm_chunk_fwd(c4, b4, q, output_dtype=torch.float32),
+        "chunk_scan": lambda: sc._chunk_scan_fwd(cb, x, dt_c, da_cs, c4, passed, D=dskip),
+    }
+    return {name: timeit(fn, iters=repeat) for name, fn in steps.items()}
+
+
 # ----------------------------------------------------------------------------- measuring
 
 
@@ -221,7 +247,7 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
     for g, pc in zip(res.groups, report.groups, strict=True):
         groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
                        "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
-                       "launch": g.launch, "scan": list(g.scan), "inline": list(g.inline),
+                       "launch": g.launch, "variant": g.variant, "tuned": g.tuned, "scan": list(g.scan), "inline": list(g.inline),
                        "scratch": list(g.scratch),
                        "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
                        "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})
@@ -231,7 +257,8 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
             "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
 
 
-def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool) -> None:
+def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool,
+            first: int | None = None) -> None:
     import torch
     import triton
 
@@ -258,6 +285,8 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
     points = [MAMBA2_POINTS[0], *MAMBA1_POINTS, *MAMBA2_POINTS[1:]]
     if quick:
         points = points[:3] + [points[5]]
+    if first:
+        points = points[:first]
     if dry:
         points = [("mamba2-370m", 1, 64), ("mamba-370m", 1, 16)]
     seen: set[str] = set()
@@ -326,6 +355,8 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
                         point["torch_layer_mamba_ssm_s"] = timeit(layer, iters=repeat)
                         print(f"  mamba_ssm SSD     {point['mamba_ssm_ssd_s'] * 1e3:9.3f} ms; torch layer with it "
                               f"{point['torch_layer_mamba_ssm_s'] * 1e3:9.3f} ms", flush=True)
+                        point["mamba_ssm_kernels_s"] = mamba_ssm_kernels(timeit, (x, dt, a, b, c, q, dskip), repeat)
+                        print(f"  mamba_ssm kernels {point['mamba_ssm_kernels_s']}", flush=True)
                     except Exception as exc:  # noqa: BLE001
                         point["mamba_ssm_error"] = f"{type(exc).__name__}: {exc}"
                         print(f"  mamba_ssm: FAILED {point['mamba_ssm_error']}", flush=True)
@@ -442,15 +473,18 @@ def table(path: Path) -> str:
             if "error" in r:
                 continue
             lines += ["", f"## Per group: {p['model']} batch {p['batch']} seqlen {p['seqlen']}, {r['mapping']}", "",
-                      "| group | grid (rank/block x blocks) | tl.dot (tile, warps, stages) | measured ms | predicted ms "
+                      "| group | grid (rank/block x blocks) | tl.dot (warps, stages) or scan | measured ms | predicted ms "
                       "| ratio | traffic MB |",
                       "|---|---|---|---:|---:|---:|---:|"]
             for g in r["groups"]:
                 grid = " ".join(f"{a}/{b}x{c}" for a, b, c in g["grid"]) or "1"
+                var = g.get("variant") or {}
                 if g.get("launch") and g["dot"]:
-                    g["dot"] = [*g["dot"], f"({g['launch'].get('num_warps')}w {g['launch'].get('num_stages')}s)"]
+                    swap = " swapped" if var.get("swapped") else ""
+                    g["dot"] = [*g["dot"], f"({g['launch'].get('num_warps')}w {g['launch'].get('num_stages')}s{swap})"]
                 if g.get("scan"):
-                    g["dot"] = [*g["dot"], "scan: " + "+".join(g["scan"])]
+                    chunk = f" ({var['scan_steps']} steps, {g['launch'].get('num_warps')}w)" if var else ""
+                    g["dot"] = [*g["dot"], "scan: " + "+".join(g["scan"]) + chunk]
                 rt = f"{g['measured_s'] / g['predicted_s']:.2f}" if g["predicted_s"] else "-"
                 lines.append(f"| {' '.join(g['einsums'])} | {grid} | {' '.join(g['dot']) or '-'} | "
                              f"{_ms(g['measured_s'])} | {_ms(g['predicted_s'])} | {rt} | {g['traffic_bytes'] / 1e6:.1f} |")
@@ -463,6 +497,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dry", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new points after this long")
+    ap.add_argument("--first", type=int, default=None, help="measure only the first N points")
     ap.add_argument("--mamba-ssm", default=None, help="unpacked mamba_ssm source tree (for the SSD comparison)")
     ap.add_argument("--table", type=Path)
     ap.add_argument("--md", type=Path)
@@ -475,7 +510,7 @@ def main() -> None:
         return
     if a.dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry)
+    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry, a.first)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ class GroupRun:
     scan: tuple[str, ...] = ()
     inline: tuple[str, ...] = ()
     scratch: tuple[str, ...] = ()
+    variant: dict = field(default_factory=dict)  # generator choices kept: operands swapped, scan chunk
+    tuned: list = field(default_factory=list)  # every configuration the autotuner timed: (config, seconds)
     source_path: str = ""
     time_s: float = 0.0  # median over ``repeat`` launches (CUDA events on a GPU)
     times_s: list[float] = field(default_factory=list)
@@ -125,24 +127,35 @@ def triton_available() -> tuple[bool, str]:
     return False, "no CUDA GPU and TRITON_INTERPRET=1 not set before importing triton"
 
 
-#: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages).
-#: The first is the interpreter's (and the default without autotuning).
-DOT_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 4))
+#: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages,
+#: operands swapped). The first is the interpreter's (and the default without autotuning). Swapped
+#: products compute out^T = B^T A^T: which way round suits Hopper's tf32 wgmma (operands K-major in
+#: shared memory) depends on which operand is loaded and which computed in registers, so both are timed.
+DOT_CONFIGS = ((64, 32, 4, 3, False), (128, 32, 8, 3, False), (128, 64, 8, 3, False), (64, 64, 4, 4, False),
+               (64, 32, 4, 3, True), (128, 32, 8, 3, True))
 #: Element-wise, reduction and scan groups: outputs per program tried on a GPU (with num_warps). Fewer
 #: outputs per program means more programs: a group with a short grid (a per-chunk cumsum, a scan over
 #: channels) needs them to fill 132 SMs, a wide streaming group is best with large blocks.
 POINT_CONFIGS = ((4096, 4), (1024, 4), (256, 4), (64, 2))
-
+#: Chunked-scan groups: (steps scanned at once, steps x state elements per program, num_warps). Each
+#: program walks the whole sequence; longer chunks mean fewer dependent steps of the carried state,
+#: fewer state elements per program mean more programs (channels are all the parallelism a scan has).
+SCAN_CONFIGS = ((16, 2048, 4), (16, 512, 2), (32, 1024, 4), (64, 2048, 4), (64, 4096, 8), (128, 4096, 8))
 
 def compile_group(cascade: Cascade, mapping: Mapping, gi: int, dtype: str = "float32",
-                  matmul_precision: str = "fp32", config: tuple[int, int, int, int] = DOT_CONFIGS[0],
-                  point: tuple[int, int] | None = None) -> tuple[TritonGroupPlan, Any | None, str]:
+                  matmul_precision: str = "fp32", config: tuple[int, int, int, int, bool] = DOT_CONFIGS[0],
+                  point: tuple[int, int] | None = None,
+                  scan: tuple[int, int, int] | None = None) -> tuple[TritonGroupPlan, Any | None, str]:
     """(plan, kernel or None, fallback reason) of one group with one tile configuration.
 
     ``config`` sets the tl.dot tiles and launch of a group with contractions; ``point`` (outputs per
-    program, num_warps) the blocks of a group without (default: the generator's own choice)."""
-    if point is None:
-        plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1])
+    program, num_warps) the blocks of a group without, ``scan`` (steps, elements, num_warps) a chunked
+    scan's (default: the generator's own choice)."""
+    if scan is not None:
+        plan = group_plan(cascade, mapping, gi, scan_steps=scan[0], scan_elems=scan[1])
+        plan.launch = {"num_warps": scan[2]}
+    elif point is None:
+        plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1], dot_swap=config[4])
         plan.launch = {"num_warps": config[2], "num_stages": config[3]}
     else:
         plan = group_plan(cascade, mapping, gi, elems=point[0])
@@ -174,6 +187,8 @@ def run_triton(
     autotune: bool | None = None,
     layer_repeat: int = 0,
     point: tuple[int, int] | None = None,
+    config: tuple[int, int, int, int, bool] | None = None,
+    scan: tuple[int, int, int] | None = None,
 ) -> TritonResult:
     """Run ``mapping`` with one Triton kernel per group; outputs as numpy, per-group times, fallbacks.
 
@@ -181,8 +196,10 @@ def run_triton(
     of the last launch (every kernel is idempotent: it overwrites what it writes). ``autotune`` (default:
     on a GPU) compiles each group with tl.dot in every :data:`DOT_CONFIGS` tile choice (the others in
     every :data:`POINT_CONFIGS` block size) and keeps the fastest. ``layer_repeat`` > 0 on a GPU also
-    times the whole layer eager and as a CUDA graph. ``point`` fixes the block choice of groups without
-    contractions (one of :data:`POINT_CONFIGS`) instead of autotuning it.
+    times the whole layer eager and as a CUDA graph. Instead of autotuning, ``config`` fixes the tiles
+    of groups with contractions (one of :data:`DOT_CONFIGS`), ``scan`` the chunking of scan groups (one
+    of :data:`SCAN_CONFIGS`), ``point`` the blocks of the other groups and of scans without ``scan``
+    (one of :data:`POINT_CONFIGS`).
     """
     ok, why = triton_available()
     if not ok:
@@ -217,14 +234,25 @@ def run_triton(
 
     for gi in range(len(mapping.groups)):
         t0 = time.perf_counter()
-        plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision)
-        if kernel is not None and point is not None and not _has_dot(plan):
-            plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, point=point)
+        plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, config or DOT_CONFIGS[0])
+        fixed: dict[str, Any] = {}
+        tried: list[tuple[tuple, float]] = []
+        if kernel is not None:
+            if plan.scan and scan:
+                fixed = {"scan": scan}
+            elif _has_dot(plan) and not plan.scan:
+                fixed = {"config": config} if config else {}
+            elif point:
+                fixed = {"point": point}
+        if fixed:
+            plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, **fixed)
         elif kernel is not None and tune:
             best = None
-            dot = _has_dot(plan)
-            for cfg in DOT_CONFIGS if dot else POINT_CONFIGS:
-                if dot:
+            dot = _has_dot(plan) and not plan.scan  # a scan's chunking matters more than its tl.dot tiles
+            for cfg in SCAN_CONFIGS if plan.scan else DOT_CONFIGS if dot else POINT_CONFIGS:
+                if plan.scan:
+                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, scan=cfg)
+                elif dot:
                     p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, cfg)
                 else:
                     p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, point=cfg)
@@ -238,12 +266,14 @@ def run_triton(
                     tt = statistics.median(timings(k2, (p2.programs,), a2, p2.launch, 3))
                 except Exception:  # noqa: BLE001 - a configuration that does not fit (shared memory) is skipped
                     continue
+                tried.append((cfg, tt))
                 if best is None or tt < best[0]:
                     best = (tt, p2, k2)
             if best is not None:
                 plan, kernel = best[1], best[2]
         run = GroupRun(gi, plan.einsums, "triton" if kernel else "fallback-reference", reason, plan.grid,
-                       plan.programs, plan.dot_einsums, plan.launch, plan.scan, plan.inline, plan.scratch)
+                       plan.programs, plan.dot_einsums, plan.launch, plan.scan, plan.inline, plan.scratch,
+                       variant=_variant(plan), tuned=tried)
         if kernel is None:
             t1 = time.perf_counter()
             for name, arr in _fallback(cascade, plan.einsums, env, np_dtype).items():
@@ -277,6 +307,14 @@ def run_triton(
     if cuda and layer_repeat > 0 and not res.fallbacks:
         res.layer_eager_s, res.layer_graph_s = _layer_times(torch, launches, layer_repeat)
     return res
+
+
+def _variant(plan: TritonGroupPlan) -> dict:
+    """The generator's choices for this kernel beyond its launch options (what the autotuner kept)."""
+    out: dict[str, Any] = {"swapped": plan.dot_swap} if plan.dot_einsums else {}
+    if plan.scan:
+        out.update(scan_steps=plan.scan_steps, scan_elems=plan.scan_elems)
+    return out
 
 
 def _has_dot(plan: TritonGroupPlan) -> bool:

@@ -33,6 +33,7 @@ group through the labelled fallback path and reports why.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -147,8 +148,14 @@ class TritonGroupPlan:
     #: tl.dot tile choice: block cap of M/N grid ranks, K step, and launch options (num_warps, num_stages)
     dot_cap: int = 64
     dot_bk: int = 32
+    #: compute each contraction transposed (operands swapped: the N-side factors become tl.dot's A): a
+    #: product contracted over its operands' strided axis feeds Hopper's tf32 wgmma better one way round
+    dot_swap: bool = False
     launch: dict = field(default_factory=dict)
     scan: tuple[str, ...] = ()  # (recurrence, reduction consumer, epilogue phases...) fused as a chunked scan
+    #: chunked scan: steps scanned at once, and steps x state elements held per program
+    scan_steps: int = SCAN_STEPS
+    scan_elems: int = SCAN_ELEMS
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -267,6 +274,9 @@ class _Emitter:
     regs: dict[str, str] = field(default_factory=dict)  # tensor -> register value at the current indices
     dot_cap: int = 64
     dot_bk: int = 32
+    dot_swap: bool = False
+    scan_steps: int = SCAN_STEPS
+    scan_elems: int = SCAN_ELEMS
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
@@ -674,8 +684,8 @@ def _emit_scan(em: _Emitter, plan: TritonGroupPlan, grid: dict[str, int], finals
     nrow = math.prod(x for _, x in rows) if rows else 1
     ncol = math.prod(x for _, x in cols) if cols else 1
     bc = _pow2(ncol)
-    t = min(SCAN_STEPS, _pow2(steps))
-    br = min(_pow2(nrow), max(1, _floor_pow2(max(1, SCAN_ELEMS // (t * bc)))))
+    t = min(em.scan_steps, _pow2(steps))
+    br = min(_pow2(nrow), max(1, _floor_pow2(max(1, em.scan_elems // (t * bc)))))
     # tensors kept in registers only: local, and read by nothing outside the fused phases
     fused = {fn, *epi}
     readers = {n for n in plan.einsums if n not in fused and n not in plan.inline}
@@ -800,7 +810,7 @@ def _dot_plans(c: Cascade, e: Einsum, grid: dict[str, int], dtype: str) -> list 
 
 
 def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
-    """The M rank ``q`` when an inlined factor is masked ``k <= q`` (or ``k < q``) on the only K rank.
+    """The M or N rank ``q`` when an inlined factor is masked ``k <= q`` (or ``k < q``) on the only K rank.
 
     The SSD's intra-chunk product reads the decay mask ``LM[.., q, s, ..] where s <= q``: for a tile of
     queries no key past its last query contributes, so the K loop can stop there (about half the work)."""
@@ -817,7 +827,7 @@ def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
                 continue
             lhs, rhs = bind.get(str(cmp.lhs)), bind.get(str(cmp.rhs))
             if lhs is not None and rhs is not None and lhs.is_Symbol and rhs.is_Symbol \
-                    and str(lhs) == k and str(rhs) in p.m:
+                    and str(lhs) == k and str(rhs) in (*p.m, *p.n):
                 return str(rhs)
     return None
 
@@ -825,6 +835,8 @@ def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
 def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth: int) -> None:
     """Tiles of the output over (M, N) per batch point; each contraction term accumulated by tl.dot."""
     c = em.cascade
+    if em.dot_swap:  # out^T = B^T A^T: the same tiles, the operands' roles exchanged
+        plans = [p and dataclasses.replace(p, a=p.b, b=p.a, m=p.n, n=p.m) for p in plans]
     first = next(p for p in plans if p is not None)
     ext = {r: grid.get(r, c.rank_sizes[r]) for r in e.ranks}
     nb = math.prod(ext[r] for r in first.batch)
@@ -861,7 +873,8 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
         # the summand is zero past the tile's last M index: stop the K loop there (the interpreter's
         # range takes no tensor bound; it runs the whole loop, masked, to the same result)
         if upper is not None and not em.interpret:
-            em.emit(d, f"for {k0} in range(0, tl.minimum({ks}, tl.max({rv_m[upper]}, axis=0) + 1), {bk}):")
+            last = rv_m.get(upper) or rv_n[upper]
+            em.emit(d, f"for {k0} in range(0, tl.minimum({ks}, tl.max({last}, axis=0) + 1), {bk}):")
         else:
             em.emit(d, f"for {k0} in range(0, {ks}, {bk}):")
         d2 = d + 1
@@ -971,10 +984,7 @@ def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: li
     rest = max((math.prod(c.rank_sizes[r] for r in e.out_ranks
                           if r not in grid and not (e.recurrence and r == e.recurrence.rank)) for e in recs or phases),
                default=1)
-    target = elems
-    if scan:  # a chunked scan holds SCAN_STEPS steps of the state at once: scale its rows down alike
-        target = max(1, elems * SCAN_ELEMS // (GRID_TARGET * SCAN_STEPS))
-    budget = max(1, target // rest)
+    budget = max(1, elems // rest)
     out: dict[str, int] = {}
     # contractions want their M and N ranks blocked (tl.dot tiles), batch ranks one at a time
     first: list[str] = []
@@ -1138,18 +1148,22 @@ def _reduction_terms(f: Einsum, red: set[str], state: str) -> bool:
 
 
 def group_plan(cascade: Cascade, mapping: Mapping, gi: int, dot_cap: int = GRID_CAP, dot_bk: int = 32,
-               elems: int = GRID_TARGET) -> TritonGroupPlan:
+               elems: int = GRID_TARGET, dot_swap: bool = False, scan_steps: int = SCAN_STEPS,
+               scan_elems: int = SCAN_ELEMS) -> TritonGroupPlan:
     base = plan_group(cascade, [tuple(g.einsums) for g in mapping.groups], gi)
     inline = frozenset(t for t in base.local if _inlinable(cascade.einsum(t)))
     scratch = tuple(t for t in base.local if t not in inline)
     names = base.einsums
     grid = _grid_ranks(cascade, names, inline)
     scan = _scan_fusion(cascade, names, inline, base.local)
-    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan, elems)
+    # a chunked scan holds scan_steps steps of its state at once: its rows per program scale down alike
+    target = max(1, elems * scan_elems // (GRID_TARGET * scan_steps)) if scan else elems
+    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan, target)
     order = [r for r in reversed(grid)]
     spec = tuple((r, blocks[r], -(-cascade.rank_sizes[r] // blocks[r])) for r in order)
     return TritonGroupPlan(gi, names, base.reads, base.writes, scratch, tuple(sorted(inline)), base.aux, spec,
-                           dot_cap=dot_cap, dot_bk=dot_bk, scan=scan)
+                           dot_cap=dot_cap, dot_bk=dot_bk, dot_swap=dot_swap, scan=scan, scan_steps=scan_steps,
+                           scan_elems=scan_elems)
 
 
 def group_source(cascade: Cascade, mapping: Mapping, plan: TritonGroupPlan, dtype: str,
@@ -1173,7 +1187,8 @@ def group_source(cascade: Cascade, mapping: Mapping, plan: TritonGroupPlan, dtyp
     for r, b, n in plan.grid:
         em.emit(1, f"base_{r} = (pid % {n}) * {b}")
         em.emit(1, f"pid = pid // {n}")
-    em.dot_cap, em.dot_bk = plan.dot_cap, plan.dot_bk
+    em.dot_cap, em.dot_bk, em.dot_swap = plan.dot_cap, plan.dot_bk, plan.dot_swap
+    em.scan_steps, em.scan_elems = plan.scan_steps, plan.scan_elems
     dots = []
     phases = [n for n in plan.einsums if n not in plan.inline]
     finals: list[str] = []

@@ -22,7 +22,9 @@ pytest.importorskip("triton")
 from mambalaya.cost import greedy_mapping  # noqa: E402
 from mambalaya.exec.reference import random_inputs, run_reference  # noqa: E402
 from mambalaya.exec.triton_backend import (  # noqa: E402
+    DOT_CONFIGS,
     POINT_CONFIGS,
+    SCAN_CONFIGS,
     compare,
     run_triton,
     triton_available,
@@ -95,14 +97,54 @@ def test_float64_is_exact(name: str) -> None:
 @pytest.mark.parametrize("name", ["mamba1", "mamba2"])
 def test_every_block_choice_matches_reference(name: str, point: tuple[int, int]) -> None:
     """The GPU autotuner picks among these block sizes per group: each must compute the same thing."""
+    _matches_reference(name, point=point)
+
+
+def _matches_reference(name: str, **choice):
     cascade = _small(name)
     mapping = greedy_mapping(cascade, "h200")
     inputs = random_inputs(cascade, seed=1)
     ref = run_reference(cascade, inputs)
-    got = run_triton(cascade, mapping, inputs, point=point)
+    got = run_triton(cascade, mapping, inputs, **choice)
     assert got.fallbacks == []
     _, rel, worst = compare({n: ref[n] for n in got.outputs}, got.outputs)
-    assert rel < 1e-4, f"{name} with {point}: {rel:.3g} in {worst}"
+    assert rel < 1e-4, f"{name} with {choice}: {rel:.3g} in {worst}"
+    return got
+
+
+@pytest.mark.parametrize(
+    "config", [pytest.param(c, marks=[] if c[4] else pytest.mark.slow) for c in DOT_CONFIGS[1:]])
+def test_every_tile_choice_matches_reference(config: tuple) -> None:
+    """Each tl.dot tile choice, swapped operands included (out^T = B^T A^T), computes the same thing."""
+    got = _matches_reference("mamba2", config=config)
+    dots = [g for g in got.groups if g.dot_einsums and not g.scan]
+    assert dots and all(g.variant == {"swapped": config[4]} for g in dots)
+
+
+def test_swapped_product_keeps_the_causal_k_bound() -> None:
+    """The SSD's causal K-loop bound follows the query rank to tl.dot's N side when operands swap."""
+    from mambalaya.exec.triton_codegen import group_plan, group_source
+
+    cascade = _small("mamba2")
+    rest = [n for n in cascade.einsum_names if n not in ("LM", "YD")]
+    mapping = Mapping((FusionGroup(tuple(rest)), FusionGroup(("LM", "YD"))), cascade.name)
+    sources = []
+    for swap in (False, True):
+        plan = group_plan(cascade, mapping, 1, dot_swap=swap)
+        sources.append(group_source(cascade, mapping, plan, "float32", "tf32", interpret=False))
+    plain, swapped = sources
+    assert "tl.dot(" in plain and "tl.dot(" in swapped and plain != swapped
+    for src in sources:  # the loop stops at the tile's last query (the GPU form; the interpreter runs it all)
+        assert "tl.minimum(16, tl.max(" in src, src
+
+
+@pytest.mark.parametrize(
+    "scan", [pytest.param(s, marks=[] if s == SCAN_CONFIGS[3] else pytest.mark.slow) for s in SCAN_CONFIGS])
+def test_every_scan_chunking_matches_reference(scan: tuple[int, int, int]) -> None:
+    """The autotuner's chunk lengths and rows per program for a fused scan compute the same thing."""
+    got = _matches_reference("mamba1", scan=scan)
+    scans = [g for g in got.groups if g.scan]
+    assert scans and all(g.variant["scan_steps"] == scan[0] for g in scans)
 
 
 def test_seqlen_not_multiple_of_chunk_with_tiles() -> None:
