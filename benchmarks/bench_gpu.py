@@ -14,7 +14,9 @@ Per point (model size, batch, seqlen) it runs, in one process:
   model's ``evaluate(cascade, 'h200', mapping)`` latency of that group;
 * the same layer as plain PyTorch ops (the unfused eager path: the
   ``ssd_minimal_discrete`` algorithm), checked against the generated outputs;
-* the SSD core three ways: generated kernels (ACS .. YO + Y), plain torch, and
+* the SSD core three ways: generated kernels (ACS, CB, LM YD, DS ST, S, SF, YO: what
+  mamba_chunk_scan_combined computes, but for its skip term D*x, which the generated layer adds in
+  its gate group), plain torch, and
   ``mamba_ssm``'s ``mamba_chunk_scan_combined`` (its Triton kernels), when
   ``--mamba-ssm`` points at an unpacked mamba_ssm source tree (imported without
   its CUDA extensions, which the SSD path does not need).
@@ -51,7 +53,7 @@ MAMBA2_POINTS = [
     ("mamba2-2.7b", 1, 16384),
 ]
 MAMBA1_POINTS = [("mamba-370m", 1, 4096)]
-SSD_GROUPS = ("ACS", "LM", "YD", "CB", "DS", "ST", "S", "YO", "Y")
+SSD_GROUPS = ("ACS", "LM", "YD", "CB", "DS", "ST", "S", "SF", "YO")
 
 
 def mamba2_gpu_mapping(cascade: Any) -> Any:
@@ -247,7 +249,7 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
     for g, pc in zip(res.groups, report.groups, strict=True):
         groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
                        "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
-                       "launch": g.launch, "variant": g.variant, "tuned": g.tuned, "scan": list(g.scan), "inline": list(g.inline),
+                       "launch": g.launch, "variant": g.variant, "tuned": [{**c._asdict(), "time_s": t} for c, t in g.tuned], "scan": list(g.scan), "inline": list(g.inline),
                        "scratch": list(g.scratch),
                        "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
                        "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})

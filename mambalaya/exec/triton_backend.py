@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -127,39 +127,67 @@ def triton_available() -> tuple[bool, str]:
     return False, "no CUDA GPU and TRITON_INTERPRET=1 not set before importing triton"
 
 
-#: tl.dot tile configurations tried per group on a GPU: (M/N block cap, K step, num_warps, num_stages,
-#: operands swapped). The first is the interpreter's (and the default without autotuning). Swapped
-#: products compute out^T = B^T A^T: which way round suits Hopper's tf32 wgmma (operands K-major in
-#: shared memory) depends on which operand is loaded and which computed in registers, so both are timed.
-DOT_CONFIGS = ((64, 32, 4, 3, False), (128, 32, 8, 3, False), (128, 64, 8, 3, False), (64, 64, 4, 4, False),
-               (64, 32, 4, 3, True), (128, 32, 8, 3, True))
+class DotConfig(NamedTuple):
+    """A tl.dot group's tiles and launch, one point of the GPU autotuner's space."""
+
+    cap: int  # M/N block cap
+    bk: int  # K step
+    warps: int
+    stages: int  # the kernel's num_stages: pipelines the loads that feed tl.dot
+    swap: bool = False  # out^T = B^T A^T: the operands' roles exchanged
+
+
+class PointConfig(NamedTuple):
+    """An element-wise or reduction group's block: outputs per program, and warps."""
+
+    elems: int
+    warps: int
+
+
+class ScanConfig(NamedTuple):
+    """A chunked scan: steps scanned at once, steps x state elements per program, warps."""
+
+    steps: int
+    elems: int
+    warps: int
+
+
+#: tl.dot tile configurations tried per group on a GPU. The first is the interpreter's (and the default
+#: without autotuning). Which way round suits Hopper's tf32 wgmma (operands K-major in shared memory)
+#: depends on which operand is loaded and which computed in registers, so both are timed.
+DOT_CONFIGS = (DotConfig(64, 32, 4, 3), DotConfig(128, 32, 8, 3), DotConfig(128, 64, 8, 3), DotConfig(64, 64, 4, 4),
+               DotConfig(64, 32, 4, 3, swap=True), DotConfig(128, 32, 8, 3, swap=True),
+               DotConfig(128, 64, 8, 3, swap=True))
 #: Element-wise, reduction and scan groups: outputs per program tried on a GPU (with num_warps). Fewer
 #: outputs per program means more programs: a group with a short grid (a per-chunk cumsum, a scan over
 #: channels) needs them to fill 132 SMs, a wide streaming group is best with large blocks.
-POINT_CONFIGS = ((4096, 4), (1024, 4), (256, 4), (64, 2))
-#: Chunked-scan groups: (steps scanned at once, steps x state elements per program, num_warps). Each
-#: program walks the whole sequence; longer chunks mean fewer dependent steps of the carried state,
-#: fewer state elements per program mean more programs (channels are all the parallelism a scan has).
-SCAN_CONFIGS = ((16, 2048, 4), (16, 512, 2), (32, 1024, 4), (64, 2048, 4), (64, 4096, 8), (128, 4096, 8))
+POINT_CONFIGS = (PointConfig(4096, 4), PointConfig(1024, 4), PointConfig(256, 4), PointConfig(64, 2))
+#: Chunked-scan groups. Each program walks the whole sequence; longer chunks mean fewer dependent steps
+#: of the carried state, fewer state elements per program more programs (channels are all the
+#: parallelism a scan has), one warp keeps the scanned axis inside each thread (no shared-memory steps).
+SCAN_CONFIGS = (ScanConfig(16, 2048, 4), ScanConfig(16, 256, 1), ScanConfig(8, 128, 1), ScanConfig(32, 512, 1))
+
 
 def compile_group(cascade: Cascade, mapping: Mapping, gi: int, dtype: str = "float32",
-                  matmul_precision: str = "fp32", config: tuple[int, int, int, int, bool] = DOT_CONFIGS[0],
-                  point: tuple[int, int] | None = None,
-                  scan: tuple[int, int, int] | None = None) -> tuple[TritonGroupPlan, Any | None, str]:
+                  matmul_precision: str = "fp32", config: DotConfig = DOT_CONFIGS[0],
+                  point: PointConfig | None = None,
+                  scan: ScanConfig | None = None) -> tuple[TritonGroupPlan, Any | None, str]:
     """(plan, kernel or None, fallback reason) of one group with one tile configuration.
 
-    ``config`` sets the tl.dot tiles and launch of a group with contractions; ``point`` (outputs per
-    program, num_warps) the blocks of a group without, ``scan`` (steps, elements, num_warps) a chunked
-    scan's (default: the generator's own choice)."""
+    ``config`` sets the tl.dot tiles and launch of a group with contractions; ``point`` the blocks of a
+    group without, ``scan`` a chunked scan's (default: the generator's own choice)."""
     if scan is not None:
-        plan = group_plan(cascade, mapping, gi, scan_steps=scan[0], scan_elems=scan[1])
-        plan.launch = {"num_warps": scan[2]}
+        scan = ScanConfig(*scan)
+        plan = group_plan(cascade, mapping, gi, scan_steps=scan.steps, scan_elems=scan.elems)
+        plan.launch = {"num_warps": scan.warps}
     elif point is None:
-        plan = group_plan(cascade, mapping, gi, dot_cap=config[0], dot_bk=config[1], dot_swap=config[4])
-        plan.launch = {"num_warps": config[2], "num_stages": config[3]}
+        config = DotConfig(*config)
+        plan = group_plan(cascade, mapping, gi, dot_cap=config.cap, dot_bk=config.bk, dot_swap=config.swap)
+        plan.launch = {"num_warps": config.warps, "num_stages": config.stages}
     else:
-        plan = group_plan(cascade, mapping, gi, elems=point[0])
-        plan.launch = {"num_warps": point[1]}
+        point = PointConfig(*point)
+        plan = group_plan(cascade, mapping, gi, elems=point.elems)
+        plan.launch = {"num_warps": point.warps}
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     try:
         plan.source = group_source(cascade, mapping, plan, dtype, matmul_precision, interpret)
@@ -186,9 +214,9 @@ def run_triton(
     warmup: int = 0,
     autotune: bool | None = None,
     layer_repeat: int = 0,
-    point: tuple[int, int] | None = None,
-    config: tuple[int, int, int, int, bool] | None = None,
-    scan: tuple[int, int, int] | None = None,
+    point: PointConfig | None = None,
+    config: DotConfig | None = None,
+    scan: ScanConfig | None = None,
 ) -> TritonResult:
     """Run ``mapping`` with one Triton kernel per group; outputs as numpy, per-group times, fallbacks.
 

@@ -223,8 +223,8 @@ def _is_const(expr: sympy.Expr) -> bool:
 
 
 def _span(expr: sympy.Expr, sizes: dict[str, int]) -> tuple[sympy.Rational, sympy.Rational] | None:
-    """[min, max] of an index built from rank symbols (each in [0, size)), sums, rational multiples
-    and floors; None for anything else (the read then keeps its bounds mask)."""
+    """[min, max] of an index built from rank symbols (each in [0, size)), sums, rational multiples,
+    floors and remainders; None for anything else (the read then keeps its bounds mask)."""
     lo = hi = sympy.Integer(0)
     for term in sympy.Add.make_args(expr):
         coeff, rest = term.as_coeff_Mul()
@@ -239,6 +239,13 @@ def _span(expr: sympy.Expr, sizes: dict[str, int]) -> tuple[sympy.Rational, symp
             if inner is None:
                 return None
             tlo, thi = sympy.floor(inner[0]), sympy.floor(inner[1])
+        elif isinstance(rest, sympy.Mod) and rest.args[1].is_Integer and rest.args[1] > 0:
+            m = rest.args[1]  # a floor remainder by a positive constant (rank splits: l % chunk)
+            inner = _span(rest.args[0], sizes)
+            if inner is not None and inner[0] >= 0 and inner[1] < m and all(x.is_Integer for x in inner):
+                tlo, thi = inner  # already within one period: the remainder is the value itself
+            else:
+                tlo, thi = sympy.Integer(0), m - 1
         else:
             return None
         a, b = coeff * tlo, coeff * thi
@@ -277,11 +284,19 @@ class _Emitter:
     dot_swap: bool = False
     scan_steps: int = SCAN_STEPS
     scan_elems: int = SCAN_ELEMS
+    #: values already emitted: (tensor, indices, rank bindings, context) -> (variable, depth it lives at)
+    memo: dict[tuple, tuple[str, int]] = field(default_factory=dict)
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
 
     def emit(self, depth: int, line: str) -> None:
+        # a line at a shallower depth closes the blocks a remembered value lived in; a store or a
+        # barrier may change what a remembered load read
+        if line.startswith(("tl.store", "tl.debug_barrier")):
+            self.memo.clear()
+        elif self.memo:
+            self.memo = {k: v for k, v in self.memo.items() if v[1] <= depth}
         self.lines.append("    " * depth + line)
 
     # -- reads --
@@ -315,13 +330,25 @@ class _Emitter:
         return " + ".join(reversed(parts)) or "0"
 
     def access(self, acc: Access, rv: dict[str, str], depth: int) -> str:
-        c = self.cascade
+        """A tensor's value at ``rv``: a load, or an inlined producer's value, emitted once per scope
+        (RMSNorm's ``YG * YG`` and a scan's twice-read ``softplus(DT0)`` load and compute once)."""
         if acc.tensor in self.regs:  # computed in registers at these very indices (checked by _scan_fusion)
             return self.regs[acc.tensor]
         if self.state is not None and acc.tensor == self.state[0]:
             if self.dim == 2:
                 raise Unsupported(f"recurrence {acc.tensor} read inside a summed term")
             return self.state[1]
+        key = (acc.tensor, tuple(map(str, acc.indices)), tuple(sorted(rv.items())), self.dim, self.state,
+               tuple(sorted(self.regs.items())))
+        hit = self.memo.get(key)
+        if hit is not None and hit[1] <= depth:
+            return hit[0]
+        var = self._access(acc, rv, depth)
+        self.memo[key] = (var, depth)
+        return var
+
+    def _access(self, acc: Access, rv: dict[str, str], depth: int) -> str:
+        c = self.cascade
         shape = c.shape(acc.tensor)
         if len(acc.indices) != len(shape):
             raise Unsupported(f"{acc.tensor} has {len(shape)} axes but is read with {len(acc.indices)} indices")
@@ -809,6 +836,18 @@ def _dot_plans(c: Cascade, e: Einsum, grid: dict[str, int], dtype: str) -> list 
     return plans
 
 
+def _mn_major(c: Cascade, factors: tuple[Node, ...], k: tuple[str, ...], inline: frozenset[str]) -> bool:
+    """True when a tl.dot operand is one loaded tensor whose contiguous (innermost non-unit) axis is
+    not indexed by a K rank: the tile lies M- or N-major in memory."""
+    if len(factors) != 1 or not isinstance(factors[0], Access) or factors[0].tensor in inline:
+        return False
+    acc = factors[0]
+    for size, ix in reversed(list(zip(c.shape(acc.tensor), acc.indices, strict=True))):
+        if size > 1:
+            return not {str(s) for s in ix.free_symbols} & set(k)
+    return False
+
+
 def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
     """The M or N rank ``q`` when an inlined factor is masked ``k <= q`` (or ``k < q``) on the only K rank.
 
@@ -891,13 +930,16 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
             em.dim = 1
         a, b = em.tmp("a"), em.tmp("b")
         # broadcast_to is free when the operand already has the tile's shape: a loaded tile then feeds
-        # tl.dot directly, which lets Triton pipeline the loads into shared memory (async copies / TMA)
-        if ks % bk == 0:
-            em.emit(d2, f"{a} = tl.broadcast_to({' * '.join(av)}, [{bm}, {bk}])")
-            em.emit(d2, f"{b} = tl.broadcast_to({' * '.join(bv)}, [{bk}, {bn}])")
-        else:
-            em.emit(d2, f"{a} = tl.broadcast_to(tl.where(lane_k[None, :], {' * '.join(av)}, 0.0), [{bm}, {bk}])")
-            em.emit(d2, f"{b} = tl.broadcast_to(tl.where(lane_k[:, None], {' * '.join(bv)}, 0.0), [{bk}, {bn}])")
+        # tl.dot directly, which lets Triton pipeline the loads into shared memory (async copies / TMA).
+        # A loaded 32-bit operand whose K axis is not its contiguous one is staged through registers
+        # (the K mask is the register op): Hopper's tf32 wgmma reads shared memory only K-major, and a
+        # tile copied there as it lies in memory is re-laid per step (the SSD's products: 1.3-2x faster).
+        stage = em.precision != "bf16"
+        mask_a = ks % bk or (stage and _mn_major(c, p.a, p.k, em.inline))
+        mask_b = ks % bk or (stage and _mn_major(c, p.b, p.k, em.inline))
+        va, vb = " * ".join(av), " * ".join(bv)
+        em.emit(d2, f"{a} = tl.broadcast_to({f'tl.where(lane_k[None, :], {va}, 0.0)' if mask_a else va}, [{bm}, {bk}])")
+        em.emit(d2, f"{b} = tl.broadcast_to({f'tl.where(lane_k[:, None], {vb}, 0.0)' if mask_b else vb}, [{bk}, {bn}])")
         if em.precision == "bf16" and em.interpret:
             # the interpreter's native bf16 dot is wrong; bf16 operands with fp32 products and sums are exact
             # in fp32, so rounding the operands and running an ieee dot computes the same thing
