@@ -1,6 +1,6 @@
 """Generated Triton kernels on a GPU: measured time per group and per layer next to the h200 cost model.
 
-    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--first N] [--budget-s 420] [--mamba-ssm SRC_DIR]
+    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--start-at I] [--first N] [--budget-s 420] [--mamba-ssm SRC_DIR]
     python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json --md benchmarks/results/gpu.md
     TRITON_INTERPRET=1 python benchmarks/bench_gpu.py /tmp/x --dry     # CPU self-test, tiny shapes
 
@@ -260,7 +260,7 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
 
 
 def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool,
-            first: int | None = None) -> None:
+            first: int | None = None, start_at: int = 0) -> None:
     import torch
     import triton
 
@@ -287,8 +287,7 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
     points = [MAMBA2_POINTS[0], *MAMBA1_POINTS, *MAMBA2_POINTS[1:]]
     if quick:
         points = points[:3] + [points[5]]
-    if first:
-        points = points[:first]
+    points = points[start_at:first]
     if dry:
         points = [("mamba2-370m", 1, 64), ("mamba-370m", 1, 16)]
     seen: set[str] = set()
@@ -500,6 +499,7 @@ def main() -> None:
     ap.add_argument("--dry", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new points after this long")
     ap.add_argument("--first", type=int, default=None, help="measure only the first N points")
+    ap.add_argument("--start-at", type=int, default=0, help="skip the points before this index")
     ap.add_argument("--mamba-ssm", default=None, help="unpacked mamba_ssm source tree (for the SSD comparison)")
     ap.add_argument("--table", type=Path)
     ap.add_argument("--md", type=Path)
@@ -512,7 +512,7 @@ def main() -> None:
         return
     if a.dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry, a.first)
+    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry, a.first, a.start_at)
 
 
 if __name__ == "__main__":
