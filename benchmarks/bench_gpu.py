@@ -1,7 +1,7 @@
 """Generated Triton kernels on a GPU: measured time per group and per layer next to the h200 cost model.
 
     python benchmarks/bench_gpu.py OUT_DIR [--quick] [--start-at I] [--first N] [--budget-s 420] [--mamba-ssm SRC_DIR]
-    python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json --md benchmarks/results/gpu.md
+    python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json [--repredict] --md benchmarks/results/gpu.md
     TRITON_INTERPRET=1 python benchmarks/bench_gpu.py /tmp/x --dry     # CPU self-test, tiny shapes
 
 Per point (model size, batch, seqlen) it runs, in one process:
@@ -422,8 +422,56 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.3f}"
 
 
-def table(path: Path) -> str:
+def repredict(data: dict) -> None:
+    """Replace every prediction in ``data`` by the cost model's with the specs as they are now (the
+    measurements stay): a spec corrected after a run is judged against the same measured times."""
+    from mambalaya.cost import evaluate
+    from mambalaya.ir.mapping import unfused_mapping
+    from mambalaya.parse import open_cascade
+
+    for p in data["points"]:
+        family = "mamba2" if p["model"].startswith("mamba2") else "mamba1"
+        cascade = open_cascade(family, model=p["model"], params={"batch": p["batch"], "seqlen": p["seqlen"]})
+        fused = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
+        for r in p["runs"]:
+            if "error" in r:
+                continue
+            report = evaluate(cascade, "h200", fused if r["mapping"] == "fused" else unfused_mapping(cascade))
+            r["predicted_s"] = report.latency_s
+            for g, pc in zip(r["groups"], report.groups, strict=True):
+                g.update(predicted_s=pc.latency_s, predicted_memory_s=pc.memory_s, predicted_compute_s=pc.compute_s)
+    data["repredicted"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def _mamba_ssm_rows(data: dict) -> list[str]:
+    """The SSD kernel by kernel: the generated groups next to their mamba_ssm counterparts."""
+    pairs = [("chunk_cumsum", ["ACS"]), ("bmm_chunk", ["CB"]), ("chunk_state", ["DS ST"]),
+             ("state_passing", ["S", "SF"]), ("chunk_scan", ["LM YD", "YO"])]
+    lines = ["", "## The SSD kernel by kernel: generated (fused mapping) vs mamba_ssm", "",
+             "| model | batch | seqlen | " + " | ".join(f"{m} vs {' + '.join(g)}" for m, g in pairs) + " | SSD total |",
+             "|---|---:|---:|" + "---:|" * (len(pairs) + 1)]
+    for p in data["points"]:
+        ks = p.get("mamba_ssm_kernels_s")
+        run = next((r for r in p["runs"] if r.get("mapping") == "fused" and "error" not in r), None)
+        if not ks or not run:
+            continue
+        ours = {" ".join(g["einsums"]): g["measured_s"] for g in run["groups"]}
+        cells = []
+        for m, gs in pairs:
+            t = sum(ours.get(g, 0.0) for g in gs)
+            cells.append(f"{ks[m] * 1e3:.3f} / {t * 1e3:.3f}")
+        tot = run.get("ssd_measured_s")
+        cells.append(f"{p['mamba_ssm_ssd_s'] * 1e3:.3f} / {tot * 1e3:.3f} ({tot / p['mamba_ssm_ssd_s']:.2f}x)")
+        lines.append(f"| {p['model']} | {p['batch']} | {p['seqlen']} | " + " | ".join(cells) + " |")
+    lines += ["", "Each cell: mamba_ssm ms / generated ms. mamba_ssm's chunk_scan also adds the skip term D*x, "
+              "which the generated layer computes in its gate group (not counted here)."]
+    return lines
+
+
+def table(path: Path, repredicted: bool = False) -> str:
     data = json.loads(path.read_text())
+    if repredicted:
+        repredict(data)
     env = data["env"]
     lines = [
         "# Generated Triton kernels on the GPU vs the h200 cost model",
@@ -434,7 +482,8 @@ def table(path: Path) -> str:
         f"fp32 data, {env['matmul_precision']} matrix products (generated kernels and torch alike). Every time is "
         "a CUDA-graph replay (median of 5-10; a group's kernel is timed as 4 launches captured in one graph, so "
         "the ~20 us Python launch cost is not in it), the torch and mamba_ssm paths included, so all columns "
-        "compare GPU time. Predicted: `evaluate(cascade, 'h200', mapping)`.",
+        "compare GPU time. Predicted: `evaluate(cascade, 'h200', mapping)`"
+        + (f" with the specs as of {data['repredicted']} (`--repredict`)." if data.get("repredicted") else "."),
         "",
         "## Layers",
         "",
@@ -466,6 +515,7 @@ def table(path: Path) -> str:
         lines += ["", f"Launch cost per kernel (one-program Triton kernel, 200 back to back): eager from Python "
                       f"{lo['triton_eager_s'] * 1e6:.1f} us, CUDA-graph replay {lo['triton_graph_s'] * 1e6:.2f} us; "
                       f"a torch eager op {lo['torch_eager_s'] * 1e6:.1f} us."]
+    lines += _mamba_ssm_rows(data)
     lines += ["", "Times in ms. Errors: " + "; ".join(
         f"{p['model']} b{p['batch']} L{p['seqlen']}: generated vs torch {p.get('torch_vs_generated_rel_err')}"
         for p in data["points"] if "torch_vs_generated_rel_err" in p) + "."]
@@ -503,9 +553,10 @@ def main() -> None:
     ap.add_argument("--mamba-ssm", default=None, help="unpacked mamba_ssm source tree (for the SSD comparison)")
     ap.add_argument("--table", type=Path)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--repredict", action="store_true", help="with --table: predictions from the specs as they are now")
     a = ap.parse_args()
     if a.table:
-        text = table(a.table)
+        text = table(a.table, a.repredict)
         if a.md:
             a.md.write_text(text)
         print(text)

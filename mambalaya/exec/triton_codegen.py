@@ -459,7 +459,9 @@ class _Emitter:
         if self.dim != 1:
             raise Unsupported(f"{node.op}_{node.rank} nested inside a summed term")
         size = self.cascade.rank_sizes[node.rank]
-        rb = min(_pow2(size), 64)
+        # the [block, rb] tile takes up to BLOCK_2D elements: a program with few rows (RMSNorm's mean over a
+        # 2048-wide row, two rows per program) loads whole rows at once instead of 64 columns at a time
+        rb = min(_pow2(size), max(64, BLOCK_2D // max(1, self.block)))
         acc, k0, k = self.tmp("acc"), self.tmp("k0_"), self.tmp("k")
         neutral = {"sum": "0.0", "mean": "0.0", "cumsum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
         if node.op not in neutral:
