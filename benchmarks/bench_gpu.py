@@ -509,7 +509,8 @@ def table(path: Path, repredicted: bool = False) -> str:
             f"{_ms(f and f['predicted_s'])} | {ratio(f)} | {_ms(u and u['measured_s'])} | "
             f"{_ms(u and u.get('layer_graph_s'))} | {_ms(u and u['predicted_s'])} "
             f"| {ratio(u)} | {_ms(p.get('torch_layer_s'))} | {_ms(p.get('torch_layer_mamba_ssm_s'))} | "
-            f"{_ms(f and f.get('ssd_measured_s'))} | {_ms(p.get('torch_ssd_s'))} | {_ms(p.get('mamba_ssm_ssd_s'))} |")
+            f"{_ms(f and f.get('ssd_measured_s') or None)} | {_ms(p.get('torch_ssd_s'))} | "
+            f"{_ms(p.get('mamba_ssm_ssd_s'))} |")
     lo = data.get("launch_overhead")
     if lo:
         lines += ["", f"Launch cost per kernel (one-program Triton kernel, 200 back to back): eager from Python "

@@ -614,8 +614,9 @@ def write_table(json_path: Path, md_path: Path | None, arch_name: str) -> str:
         f"Prediction: per launch `max(bytes / {bw:.2f} TB/s, sum over op kinds of ops / "
         f"arch.throughput(op, matrix, precision)) + {arch.group_overhead_s * 1e6:.1f} us`, summed over "
         f"launches, with `load_arch('{arch_name}')`. The spec's achievable bandwidth, tensor-core "
-        "efficiencies and per-group overhead were set from these measurements (see the comments in "
-        "`archs/h200.yaml`). Ratio = measured / predicted; bound = the larger roofline term.",
+        "efficiencies were set from these measurements, the per-group overhead from the generated kernels "
+        "of whole layers (`gpu.md`: a real kernel in a CUDA graph; the tiny launches here are below it; see "
+        "the comments in `archs/h200.yaml`). Ratio = measured / predicted; bound = the larger roofline term.",
         "",
         "| kernel | launches | bytes | FLOP | measured | achieved BW | achieved FLOP/s | predicted | bound "
         "| ratio |",

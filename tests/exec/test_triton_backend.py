@@ -140,6 +140,26 @@ def test_swapped_product_keeps_the_causal_k_bound() -> None:
         assert "tl.minimum(16, tl.max(" in src, src
 
 
+def test_mn_major_operands_are_staged_k_major_ones_feed_tl_dot_directly() -> None:
+    """A loaded tf32 operand whose contiguous axis is not a K rank goes through registers (the K mask);
+    the in_proj GEMM's K-major operands and every bf16 operand (converted in registers anyway) do not."""
+    from mambalaya.exec.triton_codegen import group_plan, group_source
+
+    cascade = _small("mamba2")
+    groups = [("Z",), ("DS", "ST")]
+    rest = tuple(n for n in cascade.einsum_names if n not in ("Z", "DS", "ST"))
+    mapping = Mapping(tuple(FusionGroup(g) for g in (*groups, rest)), cascade.name)
+
+    def operands(gi: int, precision: str) -> list[str]:
+        src = group_source(cascade, mapping, group_plan(cascade, mapping, gi), "float32", precision)
+        return [line.strip() for line in src.splitlines() if "tl.broadcast_to(" in line]
+
+    assert not any("tl.where(lane_k" in x for x in operands(0, "tf32")), operands(0, "tf32")
+    staged = [x for x in operands(1, "tf32") if "tl.where(lane_k" in x]
+    assert len(staged) == 1, operands(1, "tf32")  # XBC's B columns: n is contiguous, q is the K rank
+    assert not any("tl.where(lane_k" in x for x in operands(1, "bf16"))
+
+
 @pytest.mark.parametrize(
     "scan", [pytest.param(s, marks=[] if s == SCAN_CONFIGS[-1] else pytest.mark.slow) for s in SCAN_CONFIGS])
 def test_every_scan_chunking_matches_reference(scan: ScanConfig) -> None:
