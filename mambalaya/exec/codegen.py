@@ -53,6 +53,7 @@ from mambalaya.ir.expr import (
     multiplicative_factors,
     walk,
 )
+from mambalaya.ir.indexing import index_within
 from mambalaya.ir.mapping import FusionGroup, Mapping
 
 #: Work (elements x inner trip count) above which a loop nest gets ``prange``.
@@ -72,8 +73,8 @@ def _threads() -> int:
     import numba
 
     return int(numba.config.NUMBA_NUM_THREADS)
-#: Largest batch grid whose operand offsets are checked element by element for a direct BLAS view.
-VIEW_CHECK_MAX = 1 << 16
+
+
 #: Channels of the innermost parallel rank a fused scan advances together per step.
 SCAN_BLOCK = 32
 
@@ -741,26 +742,6 @@ def _np_gemm_plan(c: Cascade, e: Einsum, term: Node, summed: frozenset[str]) -> 
     return _gemm_plan(c, e, term, summed, vector=True)
 
 
-def _index_range_ok(c: Cascade, expr: sympy.Expr, lo_add: int, hi_add: int, limit: int) -> bool:
-    """Whether ``expr + lo_add .. expr + hi_add`` stays inside ``[0, limit)`` for every value of its ranks."""
-    syms = sorted(expr.free_symbols, key=str)
-    if not syms:
-        v = expr
-        return bool(v.is_Integer) and 0 <= int(v) + lo_add and int(v) + hi_add < limit
-    if any(str(s) not in c.rank_sizes for s in syms):
-        return False
-    sizes = [c.rank_sizes[str(s)] for s in syms]
-    if math.prod(sizes) > VIEW_CHECK_MAX:
-        return False
-    import numpy as np
-
-    grid = np.meshgrid(*[np.arange(n) for n in sizes], indexing="ij")
-    vals = np.asarray(sympy.lambdify(syms, expr, "numpy")(*grid), dtype=np.float64)
-    if not np.all(vals == np.round(vals)):
-        return False
-    return bool(vals.min() + lo_add >= 0 and vals.max() + hi_add < limit)
-
-
 def _view_code(arr: str, parts: list[str]) -> str:
     """``arr[parts]`` without trailing full slices: numba then keeps a contiguous block typed contiguous
     (``W[a:b]`` is C, ``W[a:b, :]`` is not), so np.dot reads it in place instead of copying it."""
@@ -797,14 +778,14 @@ def _matrix_view(ctx: _Ctx, e: Einsum, factors: tuple[Node, ...], outer: tuple[s
         if len(here) > 1 or set(syms) - fixed - set(here):
             return None
         if not here:
-            if not _index_range_ok(c, b, 0, 0, shape[pos]):
+            if not index_within(b, c.rank_sizes, shape[pos]):
                 return None
             parts.append(_int_index(b, rv, c.values, t))
             whole = False
             continue
         r = here[0]
         rest = sympy.expand(b - syms[r])
-        if syms[r] in rest.free_symbols or not _index_range_ok(c, rest, 0, size[r] - 1, shape[pos]):
+        if syms[r] in rest.free_symbols or not index_within(rest, c.rank_sizes, shape[pos], 0, size[r] - 1):
             return None
         tiled = r in ctx.bounds and ((r in outer and t_outer) or (r in inner and t_inner))
         axes.append(r)

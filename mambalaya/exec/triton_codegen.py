@@ -44,6 +44,7 @@ import sympy
 from mambalaya.exec.codegen import _bind, _gemm_plan, plan_group
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, multiplicative_factors, walk
+from mambalaya.ir.indexing import index_within
 from mambalaya.ir.mapping import Mapping
 
 #: Output elements per program the block heuristic aims at for untiled grid ranks.
@@ -222,46 +223,6 @@ def _is_const(expr: sympy.Expr) -> bool:
     return not any(s.is_integer for s in expr.free_symbols)
 
 
-def _span(expr: sympy.Expr, sizes: dict[str, int]) -> tuple[sympy.Rational, sympy.Rational] | None:
-    """[min, max] of an index built from rank symbols (each in [0, size)), sums, rational multiples,
-    floors and remainders; None for anything else (the read then keeps its bounds mask)."""
-    lo = hi = sympy.Integer(0)
-    for term in sympy.Add.make_args(expr):
-        coeff, rest = term.as_coeff_Mul()
-        if not coeff.is_Rational:
-            return None
-        if rest == 1:
-            tlo = thi = sympy.Integer(1)
-        elif rest.is_Symbol and str(rest) in sizes:
-            tlo, thi = sympy.Integer(0), sympy.Integer(sizes[str(rest)] - 1)
-        elif isinstance(rest, sympy.floor):
-            inner = _span(rest.args[0], sizes)
-            if inner is None:
-                return None
-            tlo, thi = sympy.floor(inner[0]), sympy.floor(inner[1])
-        elif isinstance(rest, sympy.Mod) and rest.args[1].is_Integer and rest.args[1] > 0:
-            m = rest.args[1]  # a floor remainder by a positive constant (rank splits: l % chunk)
-            inner = _span(rest.args[0], sizes)
-            if inner is not None and inner[0] >= 0 and inner[1] < m and all(x.is_Integer for x in inner):
-                tlo, thi = inner  # already within one period: the remainder is the value itself
-            else:
-                tlo, thi = sympy.Integer(0), m - 1
-        else:
-            return None
-        a, b = coeff * tlo, coeff * thi
-        lo, hi = lo + min(a, b), hi + max(a, b)
-    return lo, hi
-
-
-def _within(expr: sympy.Expr, sizes: dict[str, int], extent: int) -> bool:
-    """True when an index always lies in [0, extent) (see :func:`_span`).
-
-    Every rank index the emitter binds stays inside its rank (remainders, clamps or exact blocks), so
-    such a read needs no bounds mask: dropping it keeps loads unpredicated and contiguous."""
-    span = _span(expr, sizes)
-    return span is not None and span[0] >= 0 and span[1] < extent
-
-
 # ---- the emitter -------------------------------------------------------------------
 
 
@@ -360,7 +321,7 @@ class _Emitter:
             if j.lstrip("-").isdigit():
                 if not 0 <= int(j) < shape[pos]:
                     conds.append((pos, j))
-            elif not plain and not _within(_bind(ix, rv, c.values), c.rank_sizes, shape[pos]):
+            elif not plain and not index_within(_bind(ix, rv, c.values), c.rank_sizes, shape[pos]):
                 conds.append((pos, j))
         if acc.tensor in self.inline:
             return self.inlined(acc.tensor, idx, conds, depth)

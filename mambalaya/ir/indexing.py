@@ -64,3 +64,48 @@ def eval_index(expr: sympy.Expr, grids: dict[str, np.ndarray], values: dict) -> 
             raise MambalayaError(f"remainder of a fraction in index {expr}")
         return n % m, 1
     raise MambalayaError(f"cannot evaluate index expression {expr}")
+
+
+def index_span(expr: sympy.Expr, sizes: dict[str, int]) -> tuple[sympy.Rational, sympy.Rational] | None:
+    """[min, max] of an index over its ranks (each in [0, size)), by interval arithmetic on sums,
+    rational multiples, floors and floor remainders by positive constants (a superset when a rank
+    appears in two terms, so a bound it proves holds); None for anything else."""
+    lo = hi = sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Rational:
+            return None
+        if rest == 1:
+            tlo = thi = sympy.Integer(1)
+        elif rest.is_Symbol and str(rest) in sizes:
+            tlo, thi = sympy.Integer(0), sympy.Integer(sizes[str(rest)] - 1)
+        elif isinstance(rest, sympy.floor):
+            inner = index_span(rest.args[0], sizes)
+            if inner is None:
+                return None
+            tlo, thi = sympy.floor(inner[0]), sympy.floor(inner[1])
+        elif isinstance(rest, sympy.Mod) and rest.args[1].is_Integer and rest.args[1] > 0:
+            m = rest.args[1]  # a rank split's remainder (l % chunk)
+            inner = index_span(rest.args[0], sizes)
+            if inner is not None and inner[0] >= 0 and inner[1] < m and all(x.is_Integer for x in inner):
+                tlo, thi = inner  # within one period: the remainder is the value itself
+            else:
+                tlo, thi = sympy.Integer(0), m - 1
+        else:
+            return None
+        a, b = coeff * tlo, coeff * thi
+        lo, hi = lo + min(a, b), hi + max(a, b)
+    return lo, hi
+
+
+def index_within(expr: sympy.Expr, sizes: dict[str, int], extent: int, lo_add: int = 0, hi_add: int = 0) -> bool:
+    """True when ``expr + lo_add .. expr + hi_add`` is a whole number inside ``[0, extent)`` for every
+    value of its ranks (see :func:`index_span`).
+
+    The generated kernels rely on it to drop bounds masks (Triton) and to read an operand as a direct
+    array view (Numba): a read it cannot prove keeps its mask or its gather."""
+    if not all(t.as_coeff_Mul()[0].is_Integer for t in sympy.Add.make_args(expr)):
+        return False  # a fractional multiple of a rank (floors and remainders are whole by themselves)
+    span = index_span(expr, sizes)
+    return span is not None and span[0] + lo_add >= 0 and span[1] + hi_add < extent
+
