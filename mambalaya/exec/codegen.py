@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import sympy
@@ -279,8 +280,34 @@ def _add(ctx: _Ctx, depth: int, var: str, sign: int, code: str, first: bool) -> 
 # ---- index expressions -------------------------------------------------
 
 
-def _index_code(expr: sympy.Expr, rv: dict[str, str], values: dict) -> tuple[str, int]:
+def _python_power(n: str, e: int) -> str:
+    return f"({n} ** {e})"
+
+
+@dataclass(frozen=True)
+class IndexDialect:
+    """How a target language spells the index operations whose rounding matters.
+
+    Python and Numba floor (``//``, ``%``); Triton's integer division truncates toward zero, so its
+    kernels call floor helpers (``_fdiv``, ``_fmod`` in their prelude)."""
+
+    floordiv: str = "({n} // {d})"
+    ceildiv: str = "(-((-{n}) // {d}))"
+    mod: str = "({n} % {m})"
+    power: Callable[[str, int], str] = _python_power
+    error: type[Exception] = MambalayaError
+    constant_modulus: bool = False  # remainders only by a positive whole constant
+
+
+NUMBA_INDEX = IndexDialect()
+
+
+def _index_code(expr: sympy.Expr, rv: dict[str, str], values: dict,
+                dialect: IndexDialect = NUMBA_INDEX) -> tuple[str, int]:
     """Integer code for an index expression as (numerator code, denominator): exact, like the reference."""
+    def sub(x: sympy.Expr) -> tuple[str, int]:
+        return _index_code(x, rv, values, dialect)
+
     if expr.is_Integer:
         return str(int(expr)), 1
     if expr.is_Rational:
@@ -294,32 +321,32 @@ def _index_code(expr: sympy.Expr, rv: dict[str, str], values: dict) -> tuple[str
             raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
         return str(int(value)), 1
     if expr.is_Add:
-        parts = [_index_code(a, rv, values) for a in expr.args]
+        parts = [sub(a) for a in expr.args]
         den = 1
         for _, d in parts:
             den = den * d // math.gcd(den, d)
         return "(" + " + ".join(f"{n} * {den // d}" if den // d != 1 else n for n, d in parts) + ")", den
     if expr.is_Mul:
-        parts = [_index_code(a, rv, values) for a in expr.args]
-        den = math.prod(d for _, d in parts)
-        return "(" + " * ".join(n for n, _ in parts) + ")", den
+        parts = [sub(a) for a in expr.args]
+        return "(" + " * ".join(n for n, _ in parts) + ")", math.prod(d for _, d in parts)
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
-        n, d = _index_code(expr.base, rv, values)
+        n, d = sub(expr.base)
         e = int(expr.exp)
-        return f"({n} ** {e})", d**e
+        return dialect.power(n, e), d**e
     if isinstance(expr, sympy.floor):
-        n, d = _index_code(expr.args[0], rv, values)
-        return (f"({n} // {d})" if d != 1 else n), 1
+        n, d = sub(expr.args[0])
+        return (dialect.floordiv.format(n=n, d=d) if d != 1 else n), 1
     if isinstance(expr, sympy.ceiling):
-        n, d = _index_code(expr.args[0], rv, values)
-        return (f"(-((-{n}) // {d}))" if d != 1 else n), 1
+        n, d = sub(expr.args[0])
+        return (dialect.ceildiv.format(n=n, d=d) if d != 1 else n), 1
     if isinstance(expr, sympy.Mod):
-        n, d = _index_code(expr.args[0], rv, values)
-        m, md = _index_code(expr.args[1], rv, values)
-        if d != 1 or md != 1:
-            raise MambalayaError(f"remainder of a fraction in index {expr}")
-        return f"({n} % {m})", 1
-    raise MambalayaError(f"cannot generate code for index expression {expr}")
+        n, d = sub(expr.args[0])
+        m, md = sub(expr.args[1])
+        if d != 1 or md != 1 or (dialect.constant_modulus
+                                 and not (expr.args[1].is_Integer and int(expr.args[1]) > 0)):
+            raise dialect.error(f"remainder of a fraction or by a non-constant in index {expr}")
+        return dialect.mod.format(n=n, m=m), 1
+    raise dialect.error(f"cannot generate code for index expression {expr}")
 
 
 def _bind(expr: sympy.Expr, rv: dict[str, str], values: dict) -> sympy.Expr:

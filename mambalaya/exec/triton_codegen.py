@@ -41,7 +41,7 @@ from typing import Any
 
 import sympy
 
-from mambalaya.exec.codegen import _bind, _gemm_plan, plan_group
+from mambalaya.exec.codegen import IndexDialect, _bind, _gemm_plan, _index_code, plan_group
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, multiplicative_factors, walk
 from mambalaya.ir.indexing import index_within
@@ -184,39 +184,18 @@ def _fold(fn: str, args: list[str]) -> str | None:
 # ---- index expressions -------------------------------------------------------------
 
 
+#: Triton's integer division truncates: floors and remainders go through the prelude's helpers.
+def _product_power(n: str, e: int) -> str:
+    return f"({' * '.join([n] * e)})" if e else "1"
+
+
+TRITON_INDEX = IndexDialect(floordiv="_fdiv({n}, {d})", ceildiv="(-_fdiv(-{n}, {d}))", mod="_fmod({n}, {m})",
+                            power=_product_power, error=Unsupported, constant_modulus=True)
+
+
 def _ix(expr: sympy.Expr, rv: dict[str, str]) -> tuple[str, int]:
     """Code for a bound index expression as (numerator code, denominator), floor/mod via helpers."""
-    if expr.is_Integer:
-        return str(int(expr)), 1
-    if expr.is_Rational:
-        return str(int(expr.p)), int(expr.q)
-    if expr.is_Symbol:
-        return rv[str(expr)], 1
-    if expr.is_Add:
-        parts = [_ix(a, rv) for a in expr.args]
-        den = 1
-        for _, d in parts:
-            den = den * d // math.gcd(den, d)
-        return "(" + " + ".join(f"{n} * {den // d}" if den // d != 1 else n for n, d in parts) + ")", den
-    if expr.is_Mul:
-        parts = [_ix(a, rv) for a in expr.args]
-        return "(" + " * ".join(n for n, _ in parts) + ")", math.prod(d for _, d in parts)
-    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
-        n, d = _ix(expr.base, rv)
-        return "(" + " * ".join([n] * int(expr.exp)) + ")" if int(expr.exp) else "1", d ** int(expr.exp)
-    if isinstance(expr, sympy.floor):
-        n, d = _ix(expr.args[0], rv)
-        return (f"_fdiv({n}, {d})" if d != 1 else n), 1
-    if isinstance(expr, sympy.ceiling):
-        n, d = _ix(expr.args[0], rv)
-        return (f"(-_fdiv(-{n}, {d}))" if d != 1 else n), 1
-    if isinstance(expr, sympy.Mod):
-        n, d = _ix(expr.args[0], rv)
-        m, md = _ix(expr.args[1], rv)
-        if d != 1 or md != 1 or not expr.args[1].is_Integer or int(expr.args[1]) <= 0:
-            raise Unsupported(f"remainder by a non-constant or fraction in index {expr}")
-        return f"_fmod({n}, {m})", 1
-    raise Unsupported(f"index expression {expr}")
+    return _index_code(expr, rv, {}, TRITON_INDEX)
 
 
 def _is_const(expr: sympy.Expr) -> bool:
