@@ -249,7 +249,9 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
     for g, pc in zip(res.groups, report.groups, strict=True):
         groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
                        "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
-                       "launch": g.launch, "variant": g.variant, "tuned": [{**c._asdict(), "time_s": t} for c, t in g.tuned], "scan": list(g.scan), "inline": list(g.inline),
+                       "launch": g.launch, "variant": g.variant,
+                       "tuned": [{**c._asdict(), "time_s": t} for c, t in g.tuned],
+                       "scan": list(g.scan), "inline": list(g.inline),
                        "scratch": list(g.scratch),
                        "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
                        "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})

@@ -64,7 +64,7 @@ class GroupRun:
     inline: tuple[str, ...] = ()
     scratch: tuple[str, ...] = ()
     variant: dict = field(default_factory=dict)  # generator choices kept: operands swapped, scan chunk
-    tuned: list = field(default_factory=list)  # every configuration the autotuner timed: (config, seconds)
+    tuned: list = field(default_factory=list)  # every choice the autotuner tried: (config, seconds or None)
     source_path: str = ""
     time_s: float = 0.0  # median over ``repeat`` launches (CUDA events on a GPU)
     times_s: list[float] = field(default_factory=list)
@@ -222,8 +222,9 @@ def run_triton(
 
     ``repeat``/``warmup``: launches per group for timing (the median is kept); the outputs are those
     of the last launch (every kernel is idempotent: it overwrites what it writes). ``autotune`` (default:
-    on a GPU) compiles each group with tl.dot in every :data:`DOT_CONFIGS` tile choice (the others in
-    every :data:`POINT_CONFIGS` block size) and keeps the fastest. ``layer_repeat`` > 0 on a GPU also
+    on a GPU) compiles each group in every choice of its menu (:data:`SCAN_CONFIGS` for a fused scan,
+    :data:`DOT_CONFIGS` with tl.dot, :data:`POINT_CONFIGS` otherwise), keeps the fastest and records
+    every timing in ``GroupRun.tuned``. ``layer_repeat`` > 0 on a GPU also
     times the whole layer eager and as a CUDA graph. Instead of autotuning, ``config`` fixes the tiles
     of groups with contractions (one of :data:`DOT_CONFIGS`), ``scan`` the chunking of scan groups (one
     of :data:`SCAN_CONFIGS`), ``point`` the blocks of the other groups and of scans without ``scan``
@@ -247,7 +248,7 @@ def run_triton(
     runs: list[GroupRun] = []
     launches: list[tuple[Any, tuple, list, dict]] = []
     compile_s = 0.0
-    tune = cuda if autotune is None else (autotune and cuda)
+    tune = cuda if autotune is None else autotune  # explicit under the interpreter too (wall-clock times)
 
     def timings(kernel: Any, grid: tuple, args: list, kw: dict, repeat: int) -> list[float]:
         """Seconds of each of ``repeat`` launches: GPU time from CUDA-graph replays, else wall time."""
@@ -264,7 +265,7 @@ def run_triton(
         t0 = time.perf_counter()
         plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, config or DOT_CONFIGS[0])
         fixed: dict[str, Any] = {}
-        tried: list[tuple[tuple, float]] = []
+        tried: list[tuple[tuple, float | None]] = []  # (configuration, seconds or None: failed) per choice
         if kernel is not None:
             if plan.scan and scan:
                 fixed = {"scan": scan}
@@ -276,23 +277,23 @@ def run_triton(
             plan, kernel, reason = compile_group(cascade, mapping, gi, dtype, matmul_precision, **fixed)
         elif kernel is not None and tune:
             best = None
-            dot = _has_dot(plan) and not plan.scan  # a scan's chunking matters more than its tl.dot tiles
-            for cfg in SCAN_CONFIGS if plan.scan else DOT_CONFIGS if dot else POINT_CONFIGS:
-                if plan.scan:
-                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, scan=cfg)
-                elif dot:
-                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, cfg)
-                else:
-                    p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, point=cfg)
+            # a scan's chunking matters more than its tl.dot tiles
+            kind, menu = (("scan", SCAN_CONFIGS) if plan.scan else ("config", DOT_CONFIGS) if _has_dot(plan)
+                          else ("point", POINT_CONFIGS))
+            for cfg in menu:
+                p2, k2, _ = compile_group(cascade, mapping, gi, dtype, matmul_precision, **{kind: cfg})
                 for t in (*p2.writes, *p2.scratch):
                     if t not in env or tuple(env[t].shape) != cascade.shape(t):
                         env[t] = torch.empty(cascade.shape(t), dtype=tdt, device=dev)
                 a2 = [env[t] for t in p2.params]
+                kw2 = p2.launch if cuda else {}
                 try:
-                    k2[(p2.programs,)](*a2, **p2.launch)
-                    torch.cuda.synchronize()
-                    tt = statistics.median(timings(k2, (p2.programs,), a2, p2.launch, 3))
+                    k2[(p2.programs,)](*a2, **kw2)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    tt = statistics.median(timings(k2, (p2.programs,), a2, kw2, 3))
                 except Exception:  # noqa: BLE001 - a configuration that does not fit (shared memory) is skipped
+                    tried.append((cfg, None))
                     continue
                 tried.append((cfg, tt))
                 if best is None or tt < best[0]:

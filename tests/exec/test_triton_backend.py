@@ -169,6 +169,24 @@ def test_every_scan_chunking_matches_reference(scan: ScanConfig) -> None:
     assert scans and all(g.variant["scan_steps"] == scan[0] for g in scans)
 
 
+@pytest.mark.parametrize("name", [pytest.param("mamba1", marks=pytest.mark.slow), "mamba2"])
+def test_autotuner_tries_every_choice_and_keeps_a_correct_one(name: str) -> None:
+    """The GPU autotuner's loop, run under the interpreter (wall-clock timings): every group tries its
+    whole menu, none fails, and what it keeps computes the reference's result."""
+    cascade = _small(name)
+    mapping = greedy_mapping(cascade, "h200")
+    inputs = random_inputs(cascade, seed=2)
+    got = run_triton(cascade, mapping, inputs, autotune=True)
+    assert got.fallbacks == []
+    for g in got.groups:
+        menu = SCAN_CONFIGS if g.scan else DOT_CONFIGS if g.dot_einsums else POINT_CONFIGS
+        assert [tuple(c) for c, _ in g.tuned] == [tuple(c) for c in menu], g.einsums
+        assert all(t is not None for _, t in g.tuned), g.tuned
+    ref = run_reference(cascade, inputs)
+    _, rel, worst = compare({n: ref[n] for n in got.outputs}, got.outputs)
+    assert rel < 1e-4, f"{name}: {rel:.3g} in {worst}"
+
+
 def test_seqlen_not_multiple_of_chunk_with_tiles() -> None:
     """mamba2 with seqlen % chunk != 0 and a mapping tile that does not divide the grid rank."""
     cascade = open_cascade("mamba2", params={"seqlen": 21, "chunk": 8, "d_model": 32, "headdim": 16})
