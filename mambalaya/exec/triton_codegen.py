@@ -880,8 +880,12 @@ def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth:
         mask_a = ks % bk or (stage and _mn_major(c, p.a, p.k, em.inline))
         mask_b = ks % bk or (stage and _mn_major(c, p.b, p.k, em.inline))
         va, vb = " * ".join(av), " * ".join(bv)
-        em.emit(d2, f"{a} = tl.broadcast_to({f'tl.where(lane_k[None, :], {va}, 0.0)' if mask_a else va}, [{bm}, {bk}])")
-        em.emit(d2, f"{b} = tl.broadcast_to({f'tl.where(lane_k[:, None], {vb}, 0.0)' if mask_b else vb}, [{bk}, {bn}])")
+        if mask_a:
+            va = f"tl.where(lane_k[None, :], {va}, 0.0)"
+        if mask_b:
+            vb = f"tl.where(lane_k[:, None], {vb}, 0.0)"
+        em.emit(d2, f"{a} = tl.broadcast_to({va}, [{bm}, {bk}])")
+        em.emit(d2, f"{b} = tl.broadcast_to({vb}, [{bk}, {bn}])")
         if em.precision == "bf16" and em.interpret:
             # the interpreter's native bf16 dot is wrong; bf16 operands with fp32 products and sums are exact
             # in fp32, so rounding the operands and running an ieee dot computes the same thing
