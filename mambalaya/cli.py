@@ -116,14 +116,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     cascade = _open(args)
     result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
-                            dtype=args.dtype, seed=args.seed)
+                            dtype=args.dtype, seed=args.seed, matmul_precision=args.matmul_precision)
     if args.json:
         _emit_json(result)
     else:
         status = "ok" if result["ok"] else "MISMATCH"
-        print(f"{status}: max abs error {result['max_abs_err']:.3g} ({args.dtype}); traffic predicted "
-              f"{result['traffic_predicted_bytes']} B, counted {result['traffic_counted_bytes']} B "
-              f"({len(result['groups'])} groups, mapping: {result['mapping_source']})")
+        counted = result["traffic_counted_bytes"]
+        traffic = (f"traffic predicted {result['traffic_predicted_bytes']} B, counted {counted} B" if counted is not None
+                   else f"traffic predicted {result['traffic_predicted_bytes']} B (the triton backend does not count it)")
+        print(f"{status}: max abs error {result['max_abs_err']:.3g} ({args.dtype}); {traffic} "
+              f"({len(result['groups'])} groups, mapping: {result['mapping_source']}, backend {args.backend})")
+        for fb in result.get("fallbacks", []):
+            print(f"note: group {fb['group']} ran on the reference fallback: {fb['reason']}", file=sys.stderr)
     return EXIT_OK if result["ok"] else EXIT_CHECK_FAILED
 
 
@@ -134,7 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         x = np.load(args.input, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise MambalayaError(f"cannot read input array: {err}", file=args.input) from None
-    y = run_layer(args.config, args.weights, x, layer=args.layer, cascade=args.cascade, arch=args.arch)
+    notes: list[str] = []
+    y = run_layer(args.config, args.weights, x, layer=args.layer, cascade=args.cascade, arch=args.arch,
+                  backend=args.backend, matmul_precision=args.matmul_precision, notes=notes)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
     from io import BytesIO
 
     buf = BytesIO()
@@ -218,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--arch", help="verify the optimal mapping for this architecture")
     src.add_argument("--mapping", help="verify this mapping file")
     p.add_argument("--backend", default="numba", choices=["numba", "triton"])
+    p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="tl.dot operand precision of the triton backend (its tolerance follows)")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -232,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="hidden states .npy, shape (batch, seqlen, d_model)")
     p.add_argument("-o", "--output", required=True, help="output .npy")
     p.add_argument("--arch", help="run the fused schedule chosen for this architecture")
+    p.add_argument("--backend", default="numba", choices=["numba", "triton"],
+                   help="numba: the CPU executor (the reference interpreter without --arch); triton: one "
+                        "generated Triton kernel per fusion group of --arch's schedule (default h200), on a "
+                        "CUDA GPU or under TRITON_INTERPRET=1")
+    p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="tl.dot operand precision of the triton backend (fp32 accumulation in all three)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="Markdown + self-contained HTML fusion report with figures and mapping.json")

@@ -64,12 +64,21 @@ def run_layer(
     cascade: str | Path | None = None,
     dtype: str = "float32",
     arch: str | Arch | None = None,
+    backend: str = "numba",
+    matmul_precision: str = "fp32",
+    notes: list[str] | None = None,
 ) -> np.ndarray:
     """The mixer's output for ``hidden_states`` of shape (batch, seqlen, d_model).
 
     With ``arch``, the fused schedule the mapper picks for that architecture runs (the Numba
     executor, residency decided by the arch's fusion buffer) instead of the reference interpreter.
+    ``backend="triton"`` runs that schedule as generated Triton kernels (one per fusion group; on a
+    GPU, or under Triton's interpreter), for ``arch`` or, by default, ``h200``, with ``matmul_precision``
+    (fp32, tf32 or bf16) in its tl.dot products; a group Triton cannot express runs on the labelled
+    reference fallback, and ``notes`` (when given) receives one line per such group.
     """
+    if backend not in ("numba", "triton"):
+        raise WeightsError(f"unknown backend {backend!r}: use numba or triton")
     config = load_hf_config(config_path)
     x = np.asarray(hidden_states)
     if x.ndim != 3:
@@ -80,7 +89,16 @@ def run_layer(
     weights = load_mixer_weights(weights_path, layer, family=config_family(config))
     inputs = bind_weights(c, weights, str(weights_path))
     inputs["U"] = x
-    if arch is not None:
+    if backend == "triton":
+        from mambalaya.exec.triton_backend import run_triton
+        from mambalaya.mapper import optimal_mapping
+
+        arch_obj = load_arch(arch or "h200") if not isinstance(arch, Arch) else arch
+        res = run_triton(c, optimal_mapping(c, arch_obj).mapping, inputs, dtype, matmul_precision)
+        if notes is not None:
+            notes.extend(f"group {i} ran on the reference fallback: {why}" for i, why in res.fallbacks)
+        out = res.outputs
+    elif arch is not None:
         from mambalaya.exec.fused import run_fused
         from mambalaya.mapper import optimal_mapping
 

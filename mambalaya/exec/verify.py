@@ -40,8 +40,12 @@ def verify_mapping(
     backend: str = "numba",
     dtype: str = "float64",
     seed: int = 0,
+    matmul_precision: str = "fp32",
 ) -> dict[str, Any]:
-    """The ``verify --json`` object: ``ok``, ``max_abs_err``, predicted and counted traffic."""
+    """The ``verify --json`` object: ``ok``, ``max_abs_err``, predicted and counted traffic.
+
+    ``matmul_precision`` (fp32, tf32, bf16) is the Triton backend's tl.dot operand precision; its
+    tolerance follows it (``triton_backend.TOLERANCES``)."""
     arch_obj = load_arch(arch) if isinstance(arch, str) else arch
     if mapping is None:
         mapping, source = choose_mapping(cascade, arch_obj, mapping_file)
@@ -54,7 +58,7 @@ def verify_mapping(
     if backend == "triton":
         from mambalaya.exec.triton_backend import verify_triton
 
-        run = verify_triton(cascade, mapping, seed=seed, dtype=dtype)
+        run = verify_triton(cascade, mapping, seed=seed, dtype=dtype, matmul_precision=matmul_precision)
     else:
         from mambalaya.exec.fused import verify
 
@@ -77,6 +81,8 @@ def verify_mapping(
         "traffic_counted_bytes": counted,
         "traffic_predicted_by_tensor": _by_tensor(predicted),
         "traffic_counted_by_tensor": run.get("traffic_by_tensor"),
+        **({"matmul_precision": matmul_precision, "tolerance": run.get("tolerance"),
+            "fallbacks": run.get("fallbacks", [])} if backend == "triton" else {}),
     }
 
 
