@@ -26,6 +26,8 @@ class MambalayaError(Exception):
         return self
 
     def __str__(self) -> str:
+        if self.file is None and self.line is None:
+            return self.message  # not about a file (no GPU, a bad option): nothing to point at
         where = self.file or "<input>"
         if self.line is not None:
             where = f"{where}:{self.line}"
