@@ -158,6 +158,36 @@ def groups_table(s: Study, a: ArchStudy) -> Table:
     return Table(cols, tuple(rows), (True, False, False, False, True, False, True, True, True, True))
 
 
+def codegen_table(s: Study, a: ArchStudy) -> Table | None:
+    """On a GPU arch, how ``--backend triton`` lays out each fusion group: one generated kernel (its
+    grid, programs and the Einsums on tl.dot) or, where the generator cannot express the group, why it
+    runs on the reference fallback instead. None on other archs.
+
+    A group whose grid has fewer programs than the GPU has SMs runs on part of the chip: the cost
+    model charges the whole chip, so the report says so next to the mapping it recommends."""
+    if a.arch.kind != "gpu":
+        return None
+    from mambalaya.exec.triton_codegen import Unsupported, group_plan, group_source
+
+    rows = []
+    mapping = a.result.mapping
+    units = max((b.instances for b in a.arch.buffers), default=1)  # SMs: the per-SM buffers' instances
+    for gi, g in enumerate(mapping.groups):
+        plan = group_plan(s.cascade, mapping, gi)
+        try:
+            group_source(s.cascade, mapping, plan, "float32", "tf32")
+        except Unsupported as err:
+            rows.append((str(gi), " + ".join(g.einsums), "reference fallback", "-", "-", "-", str(err)))
+            continue
+        grid = " ".join(f"{r}/{b}x{n}" for r, b, n in plan.grid) or "one program"
+        kind = "scan: " + " + ".join(plan.scan[:2]) if plan.scan else ", ".join(plan.dot_einsums) or "-"
+        few = f" (fewer than the {units} SMs)" if plan.programs < units else ""
+        rows.append((str(gi), " + ".join(g.einsums), "one Triton kernel", grid, f"{plan.programs:,}{few}", kind, "-"))
+    cols = ("group", "einsums", "runs as", "grid (rank/block x blocks)", "programs", "tl.dot or scan",
+            "why not Triton")
+    return Table(cols, tuple(rows), (True, False, False, False, True, False, False))
+
+
 def einsum_rows(a: ArchStudy) -> list[dict[str, Any]]:
     """The per-Einsum CSV rows (contract columns, SI units)."""
     out = []

@@ -13,6 +13,7 @@ from string import Template
 from mambalaya.report.content import (
     Study,
     Table,
+    codegen_table,
     comparison_table,
     edges_table,
     einsum_table,
@@ -159,6 +160,8 @@ def render_html(s: Study, figures: dict[str, dict[str, bytes]], comparison: byte
             '<ul class="why">' + "".join(f"<li>{_e(line)}</li>" for line in why(s, a)) + "</ul>",
             "<h3>Fusion groups</h3>", html_table(groups_table(s, a)),
             "<h3>Totals against unfused</h3>", html_table(totals_table(a)),
+            *(["<h3>GPU kernels (<code>--backend triton</code>)</h3>", html_table(gpu)]
+              if (gpu := codegen_table(s, a)) is not None else []),
             "<h3>Per Einsum</h3>", html_table(einsum_table(a)),
             "<h3>Cascade with fusion groups</h3>",
             svg(figs["cascade.svg"], f"{c.name} on {n}: each cluster is one fusion group of the optimal mapping; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mambalaya.report.content import (
     Study,
     Table,
+    codegen_table,
     comparison_table,
     edges_table,
     einsum_table,
@@ -85,6 +86,8 @@ def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
             "",
             md_table(totals_table(a)),
             "",
+            *(["### GPU kernels (`--backend triton`)", "", md_table(gpu), ""]
+              if (gpu := codegen_table(s, a)) is not None else []),
             "### Per Einsum",
             "",
             md_table(einsum_table(a)),

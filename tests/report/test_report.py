@@ -174,3 +174,32 @@ def test_unknown_arch_and_duplicate(tmp_path, capsys):
     assert main(["report", "mlp2", "--arch", "h200", "--arch", "h200", "-o", str(tmp_path / "o")]) == 2
     assert "twice" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gpu_archs_say_how_each_group_runs_as_triton_kernels() -> None:
+    """On h200 the report names each group's generated kernel (grid, programs) or why it falls back;
+    other archs have no such section."""
+    from dataclasses import replace
+
+    from mambalaya.ir.mapping import FusionGroup, Mapping
+    from mambalaya.report.content import codegen_table, study
+
+    c = open_cascade("mlp2")
+    s = study(c, ["h200", "imax3"])
+    gpu, cgla = s.archs
+    rows = codegen_table(s, gpu).rows
+    assert [r[0] for r in rows] == [str(i) for i in range(len(gpu.result.mapping.groups))]
+    assert all(r[2] == "one Triton kernel" and int(r[4].split()[0].replace(",", "")) >= 1 for r in rows)
+    assert codegen_table(s, cgla) is None
+    recompute = Mapping((FusionGroup(("T",)), FusionGroup(("R", "Y"), recompute=("T",))), c.name)
+    rows = codegen_table(s, replace(gpu, result=replace(gpu.result, mapping=recompute))).rows
+    assert rows[1][2] == "reference fallback" and "recompute" in rows[1][-1]
+
+
+def test_report_markdown_has_the_gpu_kernel_section_for_gpu_archs_only(tmp_path) -> None:
+    out = tmp_path / "r"
+    assert main(["report", *ARGS, "-o", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    h200 = md[md.index("## h200"):]
+    assert "### GPU kernels (`--backend triton`)" in h200
+    assert "### GPU kernels" not in md[md.index("## mambalaya"):md.index("## h200")]
