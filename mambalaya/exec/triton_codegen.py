@@ -184,11 +184,11 @@ def _fold(fn: str, args: list[str]) -> str | None:
 # ---- index expressions -------------------------------------------------------------
 
 
-#: Triton's integer division truncates: floors and remainders go through the prelude's helpers.
 def _product_power(n: str, e: int) -> str:
     return f"({' * '.join([n] * e)})" if e else "1"
 
 
+#: Triton's integer division truncates: floors and remainders go through the prelude's helpers.
 TRITON_INDEX = IndexDialect(floordiv="_fdiv({n}, {d})", ceildiv="(-_fdiv(-{n}, {d}))", mod="_fmod({n}, {m})",
                             power=_product_power, error=Unsupported, constant_modulus=True)
 
