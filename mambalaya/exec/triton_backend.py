@@ -203,6 +203,9 @@ def _fallback(cascade: Cascade, names: tuple[str, ...], env: dict[str, Any], np_
     return {n: host.setdefault(n, ev.einsum(cascade.einsum(n))) for n in names}
 
 
+# exp overflowing to inf (silu, softplus of large arguments) is IEEE arithmetic the GPU does silently; under
+# the interpreter numpy would warn about it on every launch
+@np.errstate(over="ignore", under="ignore")
 def run_triton(
     cascade: Cascade,
     mapping: Mapping,
