@@ -89,24 +89,23 @@ def run_layer(
     weights = load_mixer_weights(weights_path, layer, family=config_family(config))
     inputs = bind_weights(c, weights, str(weights_path))
     inputs["U"] = x
-    if backend == "triton":
-        from mambalaya.exec.triton_backend import run_triton
+    if backend == "triton" or arch is not None:
         from mambalaya.mapper import optimal_mapping
 
-        arch_obj = load_arch(arch or "h200") if not isinstance(arch, Arch) else arch
-        res = run_triton(c, optimal_mapping(c, arch_obj).mapping, inputs, dtype, matmul_precision)
+        arch_obj = arch if isinstance(arch, Arch) else load_arch(arch or "h200")
+        mapping = optimal_mapping(c, arch_obj).mapping
+    if backend == "triton":
+        from mambalaya.exec.triton_backend import run_triton
+
+        res = run_triton(c, mapping, inputs, dtype, matmul_precision)
         if notes is not None:
             notes.extend(f"group {i} ran on the reference fallback: {why}" for i, why in res.fallbacks)
         out = res.outputs
     elif arch is not None:
         from mambalaya.exec.fused import run_fused
-        from mambalaya.mapper import optimal_mapping
 
-        arch_obj = load_arch(arch) if isinstance(arch, str) else arch
-        mapping = optimal_mapping(c, arch_obj).mapping
-        res = run_fused(c, mapping, inputs, dtype, arch_obj.fusion_buffer_bytes, arch_obj.weights_resident,
-                        count=False)
-        out = res.outputs
+        out = run_fused(c, mapping, inputs, dtype, arch_obj.fusion_buffer_bytes, arch_obj.weights_resident,
+                        count=False).outputs
     else:
         out = run_reference(c, inputs, dtype=dtype, keep="outputs")
     return out["OUT"].astype(x.dtype if x.dtype.kind == "f" else np.float32)

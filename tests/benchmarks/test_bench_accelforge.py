@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +16,8 @@ ARCH = REPO / "benchmarks" / "archs" / "tpu_v4i.yaml"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_accelforge", REPO / "benchmarks" / "bench_accelforge.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+def bench(load_benchmark):
+    return load_benchmark("bench_accelforge")
 
 
 def test_tpu_v4i_loads_with_accelforges_figures() -> None:

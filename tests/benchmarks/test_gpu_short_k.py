@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,11 +12,8 @@ RESULTS = REPO / "benchmarks" / "results" / "gpu_short_k.json"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("gpu_short_k", REPO / "benchmarks" / "gpu_short_k.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("gpu_short_k")
 
 
 def test_roofline_table_has_every_measured_shape(bench) -> None:
