@@ -16,12 +16,13 @@ from mambalaya.analysis.edges import (
     tile_symbol,
 )
 from mambalaya.analysis.groups import (
+    Binding,
     BufferFactor,
     BufferTerm,
     CandidateGroup,
     GroupAnalyzer,
     GroupRank,
-    GroupSchedule,
+    LoopModel,
     analyze_group,
     check_group,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "FUSION_CLASSES",
     "KINDS",
     "Analysis",
+    "Binding",
     "BufferFactor",
     "BufferTerm",
     "CandidateGroup",
@@ -43,7 +45,7 @@ __all__ = [
     "GroupAnalyzer",
     "GroupEnumeration",
     "GroupRank",
-    "GroupSchedule",
+    "LoopModel",
     "Halo",
     "Iterative",
     "PositionMatch",

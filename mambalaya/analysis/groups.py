@@ -141,14 +141,26 @@ class GroupRank:
 
 
 @dataclass(frozen=True)
-class GroupSchedule:
-    """How a group runs: loop order, untiled loops, notes and on-chip buffers."""
+class Binding:
+    """How one rank of one member follows the group's loops: its loop's name (``loop``; None for a
+    private loop), and, for the parent of split pieces (``l`` read as ``c*chunk+q``), each piece's loop
+    with its signature ``(offset, divisor, modulus)``: the piece is ``((x - offset) // divisor) % modulus``."""
+
+    loop: str | None
+    pieces: tuple[tuple[str, Signature], ...] = ()
+
+
+@dataclass(frozen=True)
+class LoopModel:
+    """How a group's loops fit together: loop order, untiled loops, notes, the analysis's buffer terms, and
+    how every member rank follows the loops (what the schedule stage lowers from)."""
 
     loop_order: tuple[str, ...]  # fused loops, outer to inner (iterative first, untiled last)
     untiled: tuple[str, ...]  # fused loops that hold their whole extent per tile
     ranks: tuple[GroupRank, ...]
     notes: tuple[str, ...]  # re-tilings, held tiles, prefix sums walked in order
     terms: tuple[BufferTerm, ...]
+    bindings: Mapping[Node, Binding]  # (einsum, rank) -> its loop, or the loops of its pieces
 
 
 @dataclass(frozen=True)
@@ -170,12 +182,12 @@ class CandidateGroup:
     _model: _GroupModel | None = field(default=None, repr=False, compare=False, hash=False)
 
     @_lazy
-    def schedule(self) -> GroupSchedule:
+    def loops(self) -> LoopModel:
         if self._analyzer is None or not self.einsums or self.reasons and self._structural:
-            return GroupSchedule((), (), (), (), ())
+            return LoopModel((), (), (), (), (), {})
         model = self._model or self._analyzer.model(self.einsums)
         object.__setattr__(self, "_model", None)  # the loop model built for legality, used once
-        return model.schedule()
+        return model.loop_model()
 
     @property
     def _structural(self) -> bool:
@@ -183,19 +195,19 @@ class CandidateGroup:
 
     @property
     def loop_order(self) -> tuple[str, ...]:
-        return self.schedule.loop_order
+        return self.loops.loop_order
 
     @property
     def untiled(self) -> tuple[str, ...]:
-        return self.schedule.untiled
+        return self.loops.untiled
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return self.schedule.notes
+        return self.loops.notes
 
     @property
     def terms(self) -> tuple[BufferTerm, ...]:
-        return self.schedule.terms
+        return self.loops.terms
 
     @_lazy
     def buffer(self) -> sympy.Expr:
@@ -217,12 +229,12 @@ class CandidateGroup:
     @_lazy
     def buffer_min_bytes(self) -> int:
         """Bytes on chip with every tiled fused loop at tile 1 (the least this group can need)."""
-        return self.buffer_bytes({r.name: 1 for r in self.schedule.ranks if r.tiled})
+        return self.buffer_bytes({r.name: 1 for r in self.loops.ranks if r.tiled})
 
     def buffer_min_exceeds(self, limit: int) -> int | None:
         """A lower bound on :attr:`buffer_min_bytes` above ``limit`` when the loop model alone shows one
-        (before the schedule is worked out: cheap rejection of groups that cannot fit), else None."""
-        if self._model is None or "schedule" in self.__dict__:
+        (before the loop model is worked out: cheap rejection of groups that cannot fit), else None."""
+        if self._model is None or "loops" in self.__dict__:
             return None
         bound = self._model.least_bound(limit)
         return bound if bound > limit else None
@@ -725,7 +737,7 @@ class _GroupModel:
         return names
 
     def least_bound(self, limit: int | None = None) -> int:
-        """A lower bound on the buffer need at tile 1 (see :meth:`schedule` and :meth:`_terms`): every
+        """A lower bound on the buffer need at tile 1 (see :meth:`loop_model` and :meth:`_terms`): every
         tile and state term, each position full unless its loop may be tiled (fused, not untiled by
         rule 3 or a name clash, not re-tiled into pieces, whose tiles replace its own); holds, halos and
         partial sums, which only add, are left out. Stops once past ``limit`` (still a lower bound)."""
@@ -751,8 +763,8 @@ class _GroupModel:
                 break
         return total
 
-    # ---- schedule -----------------------------------------------------------
-    def schedule(self) -> GroupSchedule:
+    # ---- loop model ---------------------------------------------------------
+    def loop_model(self) -> LoopModel:
         an = self.an
         names = self._loop_names
         fused, root, links = self.fused, self.root, self.links
@@ -808,8 +820,26 @@ class _GroupModel:
         # a loop holds at most one rank per Einsum (see _Loops), listed in cascade order
         ranks = tuple(GroupRank(names[r], tuple(members[r]), full[members[r][0][1]][1], r not in untiled,
                                 r == iter_root) for r in order)
-        return GroupSchedule(tuple(names[r] for r in order), tuple(names[r] for r in order if r in untiled), ranks,
-                             tuple(notes), terms)
+        return LoopModel(tuple(names[r] for r in order), tuple(names[r] for r in order if r in untiled), ranks,
+                         tuple(notes), terms, self._bindings(names))
+
+    def _bindings(self, names: dict[Node, str]) -> dict[Node, Binding]:
+        """Every member rank's loop (by name; None when private) and, for a parent of split pieces, the
+        pieces' loops: a merge read (``YD[b,l//Q,l%Q,..]``) and a split read (``X[b,c*Q+q,..]``) alike."""
+        pieces: dict[Node, list[tuple[str, Signature]]] = {}
+        for parent, kids in self.links:
+            pr = self.root[parent]
+            for child, sig in kids:
+                cr = self.root[child]
+                if sig is None or cr == pr or cr not in names:
+                    continue
+                got = pieces.setdefault(pr, [])
+                if (names[cr], sig) not in got:
+                    got.append((names[cr], sig))
+        out = {}
+        for node, r in self.root.items():
+            out[node] = Binding(names.get(r), tuple(pieces.get(r, ())))
+        return out
 
     def _factor(self, einsum: str, rank: str, tiled: set[Node], names, pos, hold_from: int,
                 halo=None) -> BufferFactor:

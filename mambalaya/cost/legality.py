@@ -55,7 +55,7 @@ class GroupAnalysis:
     def tileable(self, einsums: tuple[str, ...] | list[str]) -> list[tuple[str, int]]:
         """(loop, size) of the fused loops that may be tiled, outer first (size-1, primed loops left out)."""
         info = self.analyze(einsums)
-        ranks = getattr(info, "ranks", None) or info.schedule.ranks
+        ranks = getattr(info, "ranks", None) or info.loops.ranks
         by_name = {r.name: r for r in ranks}
         out = []
         for name in info.loop_order:

@@ -76,18 +76,22 @@ class _Evaluator:
         self.dtype = dtype
         self.sizes = cascade.rank_sizes
         self.values = cascade.values
-        self.fixed: dict[str, int] = {}
+        #: ranks evaluated over part of their extent, ``[lo, hi)`` (one step of a recurrence; a schedule's tile)
+        self.limits: dict[str, tuple[int, int]] = {}
         self.self_state: tuple[str, np.ndarray, tuple[str, ...]] | None = None
 
     def rank_len(self, r: str) -> int:
-        return 1 if r in self.fixed else self.sizes[r]
+        if r in self.limits:
+            lo, hi = self.limits[r]
+            return hi - lo
+        return self.sizes[r]
 
     def grids(self, ranks: tuple[str, ...]) -> dict[str, np.ndarray]:
         out = {}
         for i, r in enumerate(ranks):
             shape = [1] * len(ranks)
             shape[i] = self.rank_len(r)
-            base = np.array([self.fixed[r]]) if r in self.fixed else np.arange(self.sizes[r])
+            base = np.arange(*self.limits[r]) if r in self.limits else np.arange(self.sizes[r])
             out[r] = base.reshape(shape)
         return out
 
@@ -195,27 +199,46 @@ class _Evaluator:
             ok &= {"<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b, "==": a == b, "!=": a != b}[c.op]
         return Value(ok, ranks)
 
-    def einsum(self, e: Einsum) -> np.ndarray:
-        """The full output of one Einsum (any recurrence stepped here)."""
-        shape = tuple(self.sizes[r] for r in e.out_ranks)
+    def einsum(self, e: Einsum, limits: dict[str, tuple[int, int]] | None = None,
+               before: np.ndarray | None = None) -> np.ndarray:
+        """The output of one Einsum, whole or over ``limits`` (rank -> ``[lo, hi)``: a sub-range of its ranks;
+        the output's axes span only those). A recurrence is stepped here, from its initial state, or from
+        ``before`` (its step ``lo - 1``, the output's shape with one step) when its rank starts later."""
+        saved = self.limits
+        self.limits = dict(limits or {})
+        try:
+            shape = tuple(self.rank_len(r) for r in e.out_ranks)
+            rec = e.recurrence
+            if rec is None:
+                return self.body(e, shape)
+            lo, hi = self.limits.get(rec.rank, (0, self.sizes[rec.rank]))
+            out = np.zeros(shape, dtype=self.dtype)
+            one = shape[: rec.position] + (1,) + shape[rec.position + 1 :]
+            if before is not None and lo > 0:
+                state = np.asarray(before, dtype=self.dtype).reshape(one)
+            elif rec.init is not None:
+                state = np.expand_dims(self._init_slice(e).astype(self.dtype), rec.position)
+            else:
+                state = np.zeros(one, dtype=self.dtype)
+            for t in range(lo, hi):
+                self.limits[rec.rank] = (t, t + 1)
+                self.self_state = (e.name, state, e.out_ranks)
+                step = self.body(e, one)
+                out[(slice(None),) * rec.position + (slice(t - lo, t - lo + 1),)] = step
+                state = step
+            return out
+        finally:
+            self.limits, self.self_state = saved, None
+
+    def _init_slice(self, e: Einsum) -> np.ndarray:
+        """The initial state restricted to the limited ranges of the recurrence's other positions."""
         rec = e.recurrence
-        if rec is None:
-            return self.body(e, shape)
-        out = np.zeros(shape, dtype=self.dtype)
-        state_ranks = e.out_ranks
-        if rec.init is not None:
-            state = np.expand_dims(self.env[rec.init].astype(self.dtype), rec.position)
-        else:
-            state = np.zeros(shape[: rec.position] + (1,) + shape[rec.position + 1 :], dtype=self.dtype)
-        for t in range(shape[rec.position]):
-            self.fixed = {rec.rank: t}
-            self.self_state = (e.name, state, state_ranks)
-            step = self.body(e, shape[: rec.position] + (1,) + shape[rec.position + 1 :])
-            index = (slice(None),) * rec.position + (slice(t, t + 1),)
-            out[index] = step
-            state = step
-        self.fixed, self.self_state = {}, None
-        return out
+        assert rec is not None and rec.init is not None
+        init = self.env[rec.init]
+        index = []
+        for r in (x for p, x in enumerate(e.out_ranks) if p != rec.position):
+            index.append(slice(*self.limits[r]) if r in self.limits else slice(None))
+        return init[tuple(index)]
 
     def body(self, e: Einsum, shape: tuple[int, ...]) -> np.ndarray:
         """One evaluation of the right-hand side: signed terms, each summed over its own ranks."""

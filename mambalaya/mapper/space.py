@@ -421,11 +421,11 @@ class _Coster:
         if need.at({}) <= self.cap:
             c = self._cost(members, order, {})
             return _Dominated(members, _score(c, self.objective), split) if _dominated(c, split, self.objective) else c
-        least = need.at({r.name: 1 for r in cg.schedule.ranks if r.tiled})
+        least = need.at({r.name: 1 for r in cg.loops.ranks if r.tiled})
         if least > self.cap:
             return Rejected(members, _need_words(cg), least)
-        size = {r.name: r.size for r in cg.schedule.ranks}
-        tiled = [r.name for r in cg.schedule.ranks if r.tiled and r.size > 1 and r.name in self.cascade.rank_exprs]
+        size = {r.name: r.size for r in cg.loops.ranks}
+        tiled = [r.name for r in cg.loops.ranks if r.tiled and r.size > 1 and r.name in self.cascade.rank_exprs]
         tiled.sort(key=order.index)
         options = {tuple(sorted(t.items())) for cap in self._targets(members, cg, least)
                    for t in _tilings(need, tiled, size, cap)}

@@ -54,7 +54,7 @@ def random_cascades(draw, max_einsums: int = 6) -> dict[str, Any]:
     Ranks with small sizes (some equal, so a consumer may index a producer's position with a
     different rank of the same size: private same-named ranks, RD pairs); Einsums that read 1-3
     earlier tensors element-wise, as a broadcast, a unary map, an (implicit or explicit) reduction,
-    occasionally through an offset (``i-1``), a halo window (``i+w-1``) or a pinned index, and
+    occasionally through an offset (``i-1``, ``i+1``), a halo window (``i+w-1``, ``i+w``) or a pinned index, and
     occasionally a recurrence or a prefix sum.
     """
     nranks = draw(st.integers(2, len(RANKS)))
@@ -86,11 +86,16 @@ def random_cascades(draw, max_einsums: int = 6) -> dict[str, Any]:
                     continue
                 same = [r for r in ranks if sizes[r] == sizes[pos_rank]]
                 r = draw(st.sampled_from(same))
-                form = draw(st.sampled_from(["plain"] * 6 + ["offset", "halo", "pinned"]))
+                form = draw(st.sampled_from(["plain"] * 8 + ["offset", "halo", "pinned", "ahead", "window"]))
                 if form == "offset":
                     idx.append(f"{r}-1")
+                elif form == "ahead":  # a forward read: the producer must run ahead
+                    idx.append(f"{r}+1")
                 elif form == "halo":
                     idx.append(f"{r}+w-1")
+                    used.add("w")
+                elif form == "window":  # a forward window
+                    idx.append(f"{r}+w")
                     used.add("w")
                 elif form == "pinned":
                     idx.append(f"{rank_map[pos_rank]}-1")

@@ -19,7 +19,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 def _full(cg) -> tuple:
-    return cg.to_dict(), cg.terms, cg.schedule.ranks, cg.notes
+    return cg.to_dict(), cg.terms, cg.loops.ranks, cg.notes
 
 
 def _same_alone(cascade, limit: int | None = None) -> int:

@@ -87,7 +87,7 @@ def test_buffer_expression_matches_its_numbers(data):
         if not g.legal:
             continue
         assert 0 <= g.buffer_min_bytes <= g.buffer_full_bytes
-        tiles = {r.name: r.size for r in g.schedule.ranks}
+        tiles = {r.name: r.size for r in g.loops.ranks}
         subs = {sympy.Symbol(f"T_{name}", integer=True, positive=True): sympy.Integer(v) for name, v in tiles.items()}
         value = substitute(sympy.sympify(g.buffer).xreplace(subs), cascade.values, "buffer")
         assert int(value) == g.buffer_elems(tiles) == g.buffer_elems()

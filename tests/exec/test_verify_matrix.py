@@ -132,7 +132,7 @@ def cascade_and_mapping(draw: st.DrawFn):
         cg = analyze_group(c, chunk)
         order = plain_loop_order(cg.loop_order)
         tiles = {}
-        for r in cg.schedule.ranks:  # only the loops the analysis lets a mapping tile
+        for r in cg.loops.ranks:  # only the loops the analysis lets a mapping tile
             if r.tiled and r.size > 1 and r.name in order and draw(st.booleans()):
                 tiles[r.name] = draw(st.integers(1, r.size - 1))
         groups.append(FusionGroup(chunk, order, tiles))

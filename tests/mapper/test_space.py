@@ -25,8 +25,8 @@ def test_pair_staircase_and_steps_equal_brute_force(scale: float) -> None:
         cap = int(space.arch.fusion_buffer_bytes * scale)
         for key in list(coster._needs)[:300]:
             cg = coster.analyse(key)
-            size = {r.name: r.size for r in cg.schedule.ranks}
-            tiled = [r.name for r in cg.schedule.ranks if r.tiled and r.size > 1 and r.name in coster.cascade.rank_exprs]
+            size = {r.name: r.size for r in cg.loops.ranks}
+            tiled = [r.name for r in cg.loops.ranks if r.tiled and r.size > 1 and r.name in coster.cascade.rank_exprs]
             if len(tiled) < 2:
                 continue
             fresh = _Need(cg)  # no memo shared with the space

@@ -1,0 +1,277 @@
+"""The ``python`` backend: a schedule walked statement by statement with numpy.
+
+Slow and plain on purpose: it is the other backends' oracle for what a schedule means. Off-chip
+tensors are whole arrays; every buffer is an array of its fixed shape, filled with NaN until a
+statement writes it. A load copies its box (only the new rows of a sliding window) from
+off-chip into the buffer, a store copies back, a shift moves a window's kept rows to the front;
+a compute builds, for each tensor it reads, an array that holds exactly what its buffer holds
+(NaN everywhere else) and evaluates the member with the reference interpreter over its ranges.
+So a schedule that does not bring some element on chip before it is read computes NaN there
+and fails ``verify``; and the bytes counted are those the loads and stores copied.
+
+With ``trace=True`` the run also records, per compute, the elements it reads of each tensor and
+those it writes, in order: the access sequence the cache bound of the tests replays.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from mambalaya.exec.backend import RunResult, counted_bytes, register
+from mambalaya.exec.reference import _Evaluator, prepare_inputs
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.indexing import eval_index
+from mambalaya.schedule import Buffer, Compute, Forms, GroupSchedule, Load, LoopBlock, Schedule, Shift, Store, extent
+
+
+class _Group:
+    """One group's buffers and walk."""
+
+    def __init__(self, cascade: Cascade, g: GroupSchedule, offchip: dict[str, np.ndarray], dtype: np.dtype,
+                 moved: dict[str, dict[str, int]], trace: list | None, forms: Forms) -> None:
+        self.c, self.g, self.offchip, self.dtype, self.forms = cascade, g, offchip, dtype, forms
+        self.moved, self.trace = moved, trace
+        self.ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in g.ranges.items()}
+        self.buf = {b.name: np.full(b.shape, np.nan, dtype=dtype) for b in g.buffers}
+        self.spec = {b.name: b for b in g.buffers}
+        self.window_base: dict[tuple[str, int], int] = {}
+
+    # -- where a buffer starts --
+    def base(self, b: Buffer, state: extent.State) -> list[int]:
+        out = []
+        for ax in b.axes:
+            if ax.base == "zero":
+                out.append(0)
+            elif ax.base == "box":
+                out.append(extent.axis_interval(ax.box, self.ranges, state)[0])
+            else:
+                hi = extent.axis_interval(ax.box, self.ranges, state)[1]
+                out.append(max(0, hi + 1 - ax.extent))
+        return out
+
+    def held(self, b: Buffer, state: extent.State, size: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """(global slices, buffer slices) of what the buffer holds now, clipped to the tensor."""
+        base = self.base(b, state)
+        glob, local = [], []
+        for lo, ext, n in zip(base, b.shape, size, strict=True):
+            a, z = max(lo, 0), min(lo + ext, n)
+            glob.append(slice(a, max(a, z)))
+            local.append(slice(a - lo, a - lo + max(0, z - a)))
+        return tuple(glob), tuple(local)
+
+    def box(self, axes, state) -> list[tuple[int, int]]:
+        return [extent.axis_interval(a, self.ranges, state) for a in axes]
+
+    # -- statements --
+    def walk(self, body, state: dict) -> None:
+        for s in body:
+            if isinstance(s, LoopBlock):
+                lp = self.g.loops[s.loop]
+                for t in range(lp.trips):
+                    self.walk(s.body, {**state, s.loop: extent.tile_of(lp, t)})
+            elif isinstance(s, Load):
+                self.load(s, state)
+            elif isinstance(s, Store):
+                self.store(s, state)
+            elif isinstance(s, Shift):
+                self.shift(s, state)
+            elif isinstance(s, Compute):
+                self.compute(s, state)
+
+    def load(self, s: Load, state) -> None:
+        if s.first_of is not None and not state[s.first_of][2]:
+            return
+        b = self.spec[s.buffer]
+        box = self.box(s.box, state)
+        if s.slides is not None and not state[s.slide_loop][2]:
+            t = state[s.slide_loop][0] // self.g.loops[s.slide_loop].tile
+            before = {**state, s.slide_loop: extent.tile_of(self.g.loops[s.slide_loop], t - 1)}
+            prev = extent.axis_interval(s.box[s.slides], self.ranges, before)[1]
+            lo, hi = box[s.slides]
+            box[s.slides] = (max(lo, prev + 1), hi)
+        if any(lo > hi for lo, hi in box):
+            return
+        base = self.base(b, state)
+        src = tuple(slice(lo, hi + 1) for lo, hi in box)
+        dst = tuple(slice(lo - z, hi + 1 - z) for (lo, hi), z in zip(box, base, strict=True))
+        self.buf[s.buffer][dst] = self.offchip[s.tensor][src]
+        n = int(np.prod([hi - lo + 1 for lo, hi in box]))
+        self.moved.setdefault(s.tensor, {"read": 0, "write": 0})["read"] += n
+
+    def store(self, s: Store, state) -> None:
+        if any(not state[j][2] for j in s.guard if j in state):
+            return
+        b = self.spec[s.buffer]
+        box = self.box(s.box, state)
+        if any(lo > hi for lo, hi in box):
+            return
+        base = self.base(b, state)
+        dst = tuple(slice(lo, hi + 1) for lo, hi in box)
+        src = tuple(slice(lo - z, hi + 1 - z) for (lo, hi), z in zip(box, base, strict=True))
+        if s.tensor not in self.offchip:
+            self.offchip[s.tensor] = np.full(self.c.shape(s.tensor), np.nan, dtype=self.dtype)
+        self.offchip[s.tensor][dst] = self.buf[s.buffer][src]
+        n = int(np.prod([hi - lo + 1 for lo, hi in box]))
+        self.moved.setdefault(s.tensor, {"read": 0, "write": 0})["write"] += n
+
+    def shift(self, s: Shift, state) -> None:
+        b = self.spec[s.buffer]
+        ax = b.axes[s.axis]
+        hi = extent.axis_interval(ax.box, self.ranges, state)[1]
+        new = max(0, hi + 1 - ax.extent)
+        key = (s.buffer, s.axis)
+        arr = self.buf[s.buffer]
+        if state[s.loop][2] or key not in self.window_base:  # the loop's first tile: a fresh window
+            arr[...] = np.nan
+        else:
+            d = new - self.window_base[key]
+            if d:
+                moved = np.full_like(arr, np.nan)
+                keep = ax.extent - d
+                if keep > 0:
+                    src = [slice(None)] * arr.ndim
+                    dst = [slice(None)] * arr.ndim
+                    src[s.axis], dst[s.axis] = slice(d, d + keep), slice(0, keep)
+                    moved[tuple(dst)] = arr[tuple(src)]
+                self.buf[s.buffer] = moved
+        self.window_base[key] = new
+
+    def compute(self, s: Compute, state) -> None:
+        c = self.c
+        e = c.einsum(s.einsum)
+        rr = self.ranges[s.einsum]
+        env: dict[str, np.ndarray] = {}
+        accs = self.forms.accesses(s.einsum)
+        for k, acc in enumerate(accs):
+            if acc.tensor == s.einsum:
+                continue
+            self._fill(env, acc.tensor, s.reads[k], state)
+        for _, bname in s.inits:
+            self._fill(env, self.spec[bname].tensor, bname, state)
+        for t in list(env):  # a recurrence's tensor is read with its initial state in front: unknown unless loaded
+            prod = c.einsum(t) if c.producer(t) else None
+            if prod is not None and prod.recurrence is not None and prod.recurrence.init is not None:
+                init = prod.recurrence.init
+                env.setdefault(init, np.full(c.shape(init), np.nan, dtype=self.dtype))
+        limits = {}
+        for r, x in rr.items():
+            if x.loop is not None and x.loop in state:
+                lo, hi = x.bounds(*state[x.loop])
+                limits[r] = (lo, hi)
+        if any(lo >= hi for lo, hi in limits.values()):
+            return
+        before = None
+        rec = e.recurrence
+        if rec is not None and rec.rank in limits and limits[rec.rank][0] > 0:
+            own = self._view(s.buffer, e.name, state)
+            idx = []
+            for p, r in enumerate(e.out_ranks):
+                if p == rec.position:
+                    idx.append(slice(limits[r][0] - 1, limits[r][0]))
+                else:
+                    idx.append(slice(*limits[r]) if r in limits else slice(None))
+            before = own[tuple(idx)]
+        if self.trace is not None:
+            self._trace(s, accs, limits, state)
+        ev = _Evaluator(c, env, self.dtype)
+        with np.errstate(all="ignore"):
+            val = ev.einsum(e, limits, before)
+        b = self.spec[s.buffer]
+        base = self.base(b, state)
+        dst = []
+        for r, z in zip(e.out_ranks, base, strict=True):
+            lo, hi = limits.get(r, (0, c.rank_size(r)))
+            dst.append(slice(lo - z, hi - z))
+        tgt = self.buf[s.buffer]
+        if s.accumulate is not None and not state[s.accumulate][2]:
+            tgt[tuple(dst)] += val
+        else:
+            tgt[tuple(dst)] = val
+
+    def _view(self, bname: str, tensor: str, state) -> np.ndarray:
+        """A whole-tensor array holding what buffer ``bname`` holds now (NaN elsewhere)."""
+        shape = self.c.shape(tensor)
+        out = np.full(shape, np.nan, dtype=self.dtype)
+        glob, local = self.held(self.spec[bname], state, shape)
+        out[glob] = self.buf[bname][local]
+        return out
+
+    def _fill(self, env: dict, tensor: str, bname: str, state) -> None:
+        view = self._view(bname, tensor, state)
+        if tensor in env:  # read through two buffers: what either holds
+            env[tensor] = np.where(np.isnan(env[tensor]), view, env[tensor])
+        else:
+            env[tensor] = view
+
+    def _trace(self, s: Compute, accs, limits, state) -> None:
+        c = self.c
+        e = c.einsum(s.einsum)
+        ranks = e.ranks
+        grids = {}
+        for i, r in enumerate(ranks):
+            lo, hi = limits.get(r, (0, c.rank_size(r)))
+            shape = [1] * len(ranks)
+            shape[i] = hi - lo
+            grids[r] = np.arange(lo, hi).reshape(shape)
+        full = tuple(limits.get(r, (0, c.rank_size(r)))[1] - limits.get(r, (0, c.rank_size(r)))[0] for r in ranks)
+        for acc in accs:
+            shape = c.shape(acc.tensor)
+            idx, ok = [], np.ones(full, dtype=bool)
+            for pos, ix in enumerate(acc.indices):
+                num, den = eval_index(ix, grids, c.values)
+                num = np.broadcast_to(num // den, full)
+                ok &= (num >= 0) & (num < shape[pos])
+                idx.append(np.clip(num, 0, shape[pos] - 1))
+            flat = np.unique(np.ravel_multi_index(tuple(i[ok] for i in idx), shape)) if idx else np.zeros(1, int)
+            self.trace.append((acc.tensor, flat, "r"))
+        out_shape = c.shape(e.name)
+        og = [np.arange(*limits.get(r, (0, c.rank_size(r)))) for r in e.out_ranks]
+        mesh = np.meshgrid(*og, indexing="ij") if og else []
+        flat = np.ravel_multi_index(tuple(m.ravel() for m in mesh), out_shape) if og else np.zeros(1, int)
+        self.trace.append((e.name, flat, "w"))
+
+
+def interpret(cascade: Cascade, schedule: Schedule, inputs: dict[str, np.ndarray], dtype: str = "float64",
+              trace: bool = False) -> RunResult:
+    """Run ``schedule`` on ``inputs``: outputs, bytes moved per tensor, and (``trace``) the access sequence."""
+    np_dtype = np.dtype(dtype)
+    offchip: dict[str, np.ndarray] = dict(prepare_inputs(cascade, inputs, np_dtype))
+    moved: dict[str, dict[str, int]] = {}
+    seq: list | None = [] if trace else None
+    times = []
+    forms = Forms(cascade)
+    for g in schedule.groups:
+        t0 = time.perf_counter()
+        _Group(cascade, g, offchip, np_dtype, moved, seq, forms).walk(g.body, {})
+        times.append(time.perf_counter() - t0)
+    outputs = {n: offchip[n] for n in cascade.outputs()}
+    res = RunResult(outputs, counted_bytes(cascade, moved), times)
+    if seq is not None:
+        res.extra["trace"] = seq
+    return res
+
+
+class PythonBackend:
+    name = "python"
+    description = "the schedule walked in Python with numpy (slow; the backends' oracle)"
+
+    def available(self) -> str | None:
+        return None
+
+    def supports(self, cascade: Cascade, group: GroupSchedule) -> str | None:
+        return None
+
+    def compile(self, cascade: Cascade, schedule: Schedule, dtype: str, **options: Any) -> Any:
+        return cascade, schedule, dtype, bool(options.get("trace", False))
+
+    def run(self, program: Any, inputs: dict[str, np.ndarray]) -> RunResult:
+        cascade, schedule, dtype, trace = program
+        return interpret(cascade, schedule, inputs, dtype, trace)
+
+
+register(PythonBackend())
+
+__all__ = ["PythonBackend", "interpret"]

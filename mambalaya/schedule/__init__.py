@@ -1,0 +1,163 @@
+"""Stage ``schedule``: every fusion group of a mapping lowered once to a typed loop nest.
+
+What the cost model prices, the mapper searches and both backends print (DESIGN section 7):
+``lower_mapping(cascade, mapping, arch)`` gives a :class:`Schedule` whose groups are
+:class:`GroupSchedule` s (tile loops with roles, buffers with sizes and arena offsets, and the
+statement tree of loads, computes, stores and window shifts). The modules, in lowering order:
+
+- :mod:`.intervals`: index expressions compiled to forms, their intervals over rank ranges
+- :mod:`.ir`: the typed IR
+- :mod:`.lower`: a group to its schedule (ranges, placement, skews, buffers, statements)
+- :mod:`.extent`: the sizes rule: box lengths, buffer extents, elements moved per statement
+- :mod:`.printer`: the schedule as readable pseudo-code
+- :mod:`.trace`: the element accesses a schedule's computes make, in order (for cache bounds)
+
+Typical use::
+
+    from mambalaya.schedule import lower_mapping, format_schedule
+    sched = lower_mapping(cascade, mapping, "h200")
+    print(format_schedule(sched))
+"""
+
+from __future__ import annotations
+
+from mambalaya.arch import Arch, load_arch
+from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.schedule.ir import (
+    AxisBox,
+    Buffer,
+    BufferAxis,
+    Compute,
+    GroupSchedule,
+    Load,
+    Loop,
+    LoopBlock,
+    Range,
+    Schedule,
+    Shift,
+    Statement,
+    Store,
+)
+from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, lower_group
+
+
+class Lowerer:
+    """Lowers groups of one cascade (the analysis of each member set and the compiled index forms are
+    cached): the mapper builds one and lowers thousands of candidates with it."""
+
+    def __init__(self, cascade: Cascade, analysis=None) -> None:
+        from mambalaya.analysis.groups import GroupAnalyzer
+
+        self.cascade = cascade
+        self.analysis = analysis if analysis is not None else GroupAnalyzer(cascade)
+        self.forms = Forms(cascade)
+        self._models: dict[tuple[str, ...], object] = {}
+
+    def model(self, members: tuple[str, ...]):
+        key = tuple(sorted(members))
+        got = self._models.get(key)
+        if got is None:
+            cg = self.analysis.analyze(list(members))
+            if not cg.legal:
+                raise ScheduleError(f"[{', '.join(members)}] is not a legal fusion group: {'; '.join(cg.reasons)}")
+            got = self._models[key] = cg.loops
+        return got
+
+    def group(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL, index: int = 0,
+              capacity: int | None = None) -> GroupSchedule:
+        members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
+        return lower_group(self.cascade, group, self.model(members), self.forms, stored, policy, index, capacity)
+
+
+def policy_of(arch: Arch) -> Policy:
+    """The lowering policy an architecture implies (GPU programs are independent)."""
+    return Policy(gpu=arch.kind == "gpu")
+
+
+def stored_tensors(cascade: Cascade, mapping: Mapping) -> list[frozenset[str]]:
+    """Per group, the members whose output leaves it: cascade outputs, and tensors read by another group that
+    does not recompute them."""
+    out = []
+    for g in mapping.groups:
+        inside = set(g.einsums)
+        keep = set()
+        for e in g.einsums:
+            if cascade.tensors[e].role == "output" or not cascade.consumers(e):
+                keep.add(e)
+                continue
+            outside = {mapping.group_of(c) for c in cascade.consumers(e) if c not in inside}
+            if any(e not in mapping.groups[gi].recompute for gi in outside):
+                keep.add(e)
+        out.append(frozenset(keep))
+    return out
+
+
+def check_capacity(sched: GroupSchedule, capacity: int, arch: str) -> None:
+    """A group's buffers, all live at once, must fit the arch's on-chip capacity."""
+    need = sched.occupancy_bytes
+    if need > capacity:
+        parts = sorted(sched.buffers, key=lambda b: -b.nbytes)[:4]
+        what = ", ".join(f"{b.tensor} {b.kind} {_fmt(b.nbytes)}" for b in parts)
+        raise ScheduleError(f"group {sched.index} [{', '.join(sched.einsums)}] holds {_fmt(need)} on chip at once, "
+                            f"more than {arch}'s {_fmt(capacity)} ({what}, ...): tile it smaller")
+
+
+def _fmt(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def lower_mapping(cascade: Cascade, mapping: Mapping, arch: Arch | str, *, lowerer: Lowerer | None = None,
+                  check: bool = True) -> Schedule:
+    """Every group of ``mapping`` lowered for ``arch``; with ``check``, each group's buffers are held to the
+    arch's capacity (``ScheduleError`` names the group and its largest buffers)."""
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    mapping.validate(cascade)
+    lw = lowerer or Lowerer(cascade)
+    policy = policy_of(arch)
+    stored = stored_tensors(cascade, mapping)
+    groups = []
+    for i, g in enumerate(mapping.groups):
+        s = lw.group(g, stored[i], policy, i, arch.fusion_buffer_bytes)
+        if check:
+            check_capacity(s, arch.fusion_buffer_bytes, arch.name)
+        groups.append(s)
+    return Schedule(cascade.name, arch.name, arch.fusion_buffer_bytes, tuple(groups))
+
+
+def format_schedule(schedule: Schedule | GroupSchedule) -> str:
+    """The schedule (or one group) as pseudo-code (see :mod:`.printer`)."""
+    from mambalaya.schedule.printer import format_group
+    from mambalaya.schedule.printer import format_schedule as fmt
+
+    return format_group(schedule) if isinstance(schedule, GroupSchedule) else fmt(schedule)
+
+
+__all__ = [
+    "AxisBox",
+    "Buffer",
+    "BufferAxis",
+    "Compute",
+    "Forms",
+    "GroupSchedule",
+    "Load",
+    "Loop",
+    "LoopBlock",
+    "Lowerer",
+    "Policy",
+    "Range",
+    "Schedule",
+    "ScheduleError",
+    "Shift",
+    "Statement",
+    "Store",
+    "check_capacity",
+    "format_schedule",
+    "lower_group",
+    "lower_mapping",
+    "policy_of",
+    "stored_tensors",
+]

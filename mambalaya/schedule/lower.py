@@ -1,0 +1,816 @@
+"""Lowering: a fusion group (Einsums, loop order, tiles) to its :class:`~mambalaya.schedule.ir.GroupSchedule`.
+
+The steps, in :meth:`_Lowering.run`:
+
+1. **Ranges**: every rank of every member follows one tile loop (its own loop, tiled), is the
+   parent of a tiled outer piece (``l`` follows ``c``'s tile times the chunk), is a piece of a tiled
+   loop (``c = l // chunk`` follows ``l``'s tile; the tile must align with the piece), or is swept
+   whole. Two related loops tiled at once (``d`` and its piece ``h``) are refused.
+2. **Placement**: per loop, outer to inner, the members that iterate it go inside; the others run
+   before it (what the inside reads) or after it (what reads the inside: a pinned read of the last
+   step, a final state). A member that both reads and feeds the inside would need the loop split
+   and is refused. A member runs over the whole extent of every loop that does not enclose it. On a
+   GPU the leading parallel loops are the program grid: members that do not iterate them still run
+   inside, in every program (replicated), and only the first program stores what they write.
+3. **Skews**: a consumer reading its producer ahead along a tiled loop (``X[l+1]``, ``X[l+2k-6]``, the
+   slice ``X[h+3]``) makes the producer run ahead by the largest forward offset, so every row is
+   computed before it is read (forward halos are scheduled, not wrong). Strided or crossed reads
+   along a tiled loop are refused.
+4. **Buffers**: every intermediate gets one, allocated where its producer and readers meet: a tile, a
+   sliding window along a loop (the rows a later tile reads again: a backward halo, a recurrence's
+   previous step, a pinned read after the loop), or the whole extent of the loops it persists across;
+   partial sums persist across their reduction loop. Off-chip operands are loaded in *streams* (reads
+   of one tensor by the members of one block whose boxes overlap share one box), each hoisted out of
+   every loop its box does not move with: a weight read under a token loop is loaded once. A stream
+   whose box overlaps the previous tile's along its innermost loop slides (only new rows are loaded;
+   not on a GPU, whose programs are independent). Stores go from the member's buffer, or a staging
+   buffer for an output nothing in the group reads.
+5. **Sizes** (:mod:`~mambalaya.schedule.extent`): a buffer holds the most its box ever spans; a load or
+   store carries its elements over every execution.
+
+The joint occupancy (all buffers at once) is checked by :func:`mambalaya.schedule.lower_mapping`;
+what cannot be lowered raises :class:`ScheduleError` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mambalaya.errors import MappingError
+from mambalaya.ir.cascade import Cascade, Einsum
+from mambalaya.ir.expr import Access, Reduce, accesses, walk
+from mambalaya.ir.mapping import FusionGroup
+from mambalaya.schedule import extent
+from mambalaya.schedule.intervals import IndexForm, Term, compile_index, length
+from mambalaya.schedule.ir import (
+    AxisBox,
+    Buffer,
+    BufferAxis,
+    Compute,
+    GroupSchedule,
+    Load,
+    Loop,
+    LoopBlock,
+    Range,
+    Shift,
+    Statement,
+    Store,
+)
+
+
+class ScheduleError(MappingError):
+    """A group (at these tiles) has no schedule: the message says why."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What an architecture decides about lowering: on a GPU, programs of the grid are independent."""
+
+    gpu: bool = False
+
+
+#: the policy of every architecture that is not a GPU
+SEQUENTIAL = Policy()
+
+
+@dataclass
+class Forms:
+    """Every access of every Einsum of a cascade, compiled once."""
+
+    cascade: Cascade
+    _forms: dict[tuple[str, int], tuple[IndexForm, ...]] = field(default_factory=dict)
+    _accesses: dict[str, tuple[Access, ...]] = field(default_factory=dict)
+
+    def accesses(self, einsum: str) -> tuple[Access, ...]:
+        """The Einsum's distinct reads, in reading order (a recurrence's read of itself included)."""
+        got = self._accesses.get(einsum)
+        if got is None:
+            got = self._accesses[einsum] = tuple(dict.fromkeys(accesses(self.cascade.einsum(einsum).expr)))
+        return got
+
+    def of(self, einsum: str, k: int) -> tuple[IndexForm, ...]:
+        """The index forms of the Einsum's ``k``-th distinct read."""
+        key = (einsum, k)
+        got = self._forms.get(key)
+        if got is None:
+            acc = self.accesses(einsum)[k]
+            ranks = set(self.cascade.einsum(einsum).ranks)
+            got = self._forms[key] = tuple(compile_index(ix, self.cascade.values, ranks) for ix in acc.indices)
+        return got
+
+
+@dataclass
+class _Member:
+    name: str
+    einsum: Einsum
+    ranges: dict[str, Range]
+    loops: frozenset[int]  # tile loops it iterates
+    depth: int = 0  # loops enclosing it (always the outermost ``depth`` loops: the tree is a chain)
+    replicas: frozenset[int] = frozenset()  # grid loops it runs in without iterating them
+    accumulate: int | None = None  # the tiled reduction loop it accumulates over
+
+
+@dataclass
+class _Stream:
+    """Reads of one off-chip tensor served by one buffer (sized by :meth:`_Builder._size_stream`)."""
+
+    tensor: str
+    depth: int  # the block it is loaded in
+    reads: list[tuple[str, int, tuple[IndexForm, ...]]]  # (member, access index, forms)
+    init_of: str | None = None  # the recurrence whose step -1 this stream is (an initial state)
+    init_axis: int | None = None
+    first_of: int | None = None  # loaded only on this loop's first tile (an initial state read at step -1)
+    first: list[tuple[int, int]] = field(default_factory=list)  # its box at the first tile of every loop
+    buffer: str = ""
+    box: tuple[AxisBox, ...] = ()
+    slides: int | None = None
+    axes: tuple[BufferAxis, ...] = ()
+    elements: int = 0
+    executions: int = 0
+    nbytes: int = 0
+
+
+def _abuts(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    """Two boxes whose hull is no bigger than the two apart (they overlap or touch)."""
+
+    def vol(box):
+        n = 1
+        for iv in box:
+            n *= length(iv)
+        return n
+
+    hull = [(min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b, strict=True)]
+    return vol(hull) <= vol(a) + vol(b)
+
+
+def _reduces_all(term, ranks: set[str]) -> bool:
+    """The term is one explicit sum over exactly these ranks."""
+    return isinstance(term, Reduce) and term.op == "sum" and {term.rank} == ranks
+
+
+class _DeadLoop(Exception):
+    """No member inside the enclosing loops iterates this tiled loop: its tile changes nothing."""
+
+    def __init__(self, loop: int) -> None:
+        self.loop = loop
+
+
+class _Lowering:
+    """One group's lowering (see the module docstring)."""
+
+    def __init__(self, cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+                 policy: Policy, index: int, capacity: int | None) -> None:
+        self.c = cascade
+        self.capacity = capacity
+        self.group = group
+        self.model = model
+        self.forms = forms
+        self.policy = policy
+        self.index = index
+        order = {n: i for i, n in enumerate(cascade.einsum_names)}
+        self.members = sorted({*group.einsums, *group.recompute}, key=order.__getitem__)
+        self.produced = frozenset(self.members)
+        self.stored = stored
+        self.notes: list[str] = []
+        self.readers: dict[str, list[str]] = {n: [] for n in self.members}
+        for n in self.members:
+            for t in cascade.einsum(n).reads:
+                if t in self.produced and t != n and n not in self.readers[t]:
+                    self.readers[t].append(n)
+
+    # ---- 1. loops and ranges ---------------------------------------------------------
+    def loops(self) -> list[Loop]:
+        sizes = {r.name: r.size for r in self.model.ranks}
+        tileable = {r.name for r in self.model.ranks if r.tiled}
+        wanted = [r for r, t in self.group.tiles.items() if 0 < t < self.c.rank_size(r)]
+        for r in wanted:
+            if r not in tileable:
+                raise ScheduleError(f"group [{', '.join(self.group.einsums)}] tiles {r}, which the analysis keeps "
+                                    f"untiled (tileable: {', '.join(sorted(tileable)) or 'none'})")
+        given = list(self.group.loop_order)
+        model = [r.rstrip("'") for r in self.model.loop_order]
+        key = {r: (given.index(r) if r in given else len(given) + model.index(r)) for r in wanted}
+        return [Loop(r, sizes[r], self.group.tiles[r]) for r in sorted(wanted, key=key.__getitem__)]
+
+    def ranges(self, loops: list[Loop]) -> dict[str, _Member]:
+        index = {lp.rank: j for j, lp in enumerate(loops)}
+        bindings = self.model.bindings
+        piece_of: dict[str, list[tuple[str, tuple]]] = {}
+        for b in bindings.values():
+            for child, sig in b.pieces:
+                got = piece_of.setdefault(child, [])
+                if b.loop is not None and (b.loop, sig) not in got:
+                    got.append((b.loop, sig))
+        out: dict[str, _Member] = {}
+        for name in self.members:
+            e = self.c.einsum(name)
+            ranges: dict[str, Range] = {}
+            for r in e.ranks:
+                size = self.c.rank_size(r)
+                b = bindings.get((name, r))
+                related: list[Range] = []
+                if b is not None and b.loop is not None:
+                    if b.loop in index:
+                        related.append(Range(r, size, "tile", index[b.loop]))
+                    for child, (off, div, mod) in b.pieces:
+                        if mod is None and child in index:
+                            related.append(Range(r, size, "parent", index[child], scale=div, offset=off))
+                    for parent, (off, div, mod) in piece_of.get(b.loop, ()):
+                        if parent in index and not (mod is None and div % loops[index[parent]].tile == 0
+                                                    and div > loops[index[parent]].tile):
+                            # (a coarse piece of a finer tile, ``g = h // 4`` under tiles of one head, does not
+                            # follow the loop: the member runs outside it, once for all its tiles)
+                            related.append(Range(r, size, "piece", index[parent], offset=off, divisor=div,
+                                                 modulus=mod))
+                if len({x.loop for x in related}) > 1:
+                    which = ", ".join(sorted({loops[x.loop].rank for x in related if x.loop is not None}))
+                    raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of them")
+                ranges[r] = related[0] if related else Range(r, size)
+            out[name] = _Member(name, e, ranges, frozenset(x.loop for x in ranges.values() if x.loop is not None))
+        for m in out.values():
+            self._detach_tails(m, out, loops)
+        for m in out.values():
+            m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
+            self._check_tiling(m, loops)
+        return out
+
+    def _detach_tails(self, m: _Member, ms: dict[str, _Member], loops: list[Loop]) -> None:
+        """A rank shorter than its loop that reads its producers entirely past its own extent (``CSF[k] =
+        X[seqlen-4+k]``, the last rows) does not follow the loop: following it would make the producer run
+        the whole offset ahead; the member runs after the loop instead, reading a tail the window keeps."""
+        for r, x in list(m.ranges.items()):
+            if x.kind != "tile" or x.size >= loops[x.loop].extent:
+                continue
+            far = []
+            for k, acc in enumerate(self.forms.accesses(m.name)):
+                if acc.tensor not in self.produced or acc.tensor == m.name:
+                    continue
+                for f in self.forms.of(m.name, k):
+                    if r in f.ranks:
+                        off = f.offset_of(r)
+                        far.append(off is not None and off >= x.size)
+            if far and all(far):
+                m.ranges[r] = Range(r, x.size)
+
+    def _check_tiling(self, m: _Member, loops: list[Loop]) -> None:
+        e = m.einsum
+        for node in walk(e.expr):
+            if isinstance(node, Reduce) and node.op == "cumsum" and m.ranges[node.rank].loop is not None:
+                raise ScheduleError(f"{m.name} is a prefix sum along {node.rank}: its loop "
+                                    f"{loops[m.ranges[node.rank].loop].rank} cannot be tiled")
+        for r, x in m.ranges.items():
+            if x.kind == "piece":
+                tile, lp = loops[x.loop].tile, loops[x.loop].rank
+                period = x.divisor * (x.modulus or 1)
+                if x.offset or tile % x.divisor or (x.modulus is not None and tile % period and period % tile):
+                    raise ScheduleError(f"the tile {tile} of {lp} does not align with {m.name}'s {r} (a piece of "
+                                        f"{lp} every {x.divisor}{f' of period {period}' if x.modulus else ''}): "
+                                        f"tile {lp} by a multiple or a divisor of {period}")
+        reduced = sorted(r for r in e.reduced_ranks if m.ranges[r].loop is not None)
+        if not reduced:
+            return
+        loops_of = {m.ranges[r].loop for r in reduced}
+        if len(loops_of) > 1:
+            raise ScheduleError(f"{m.name} reduces ranks of two tiled loops: tile one of {', '.join(reduced)}")
+        if e.recurrence is not None:
+            raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} inside a recurrence")
+        for _, term, summed in e.terms():
+            if not set(reduced) <= set(summed) and not _reduces_all(term, set(reduced)):
+                raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} in only some of its "
+                                    f"terms: partial sums need every term summed over them")
+        if e.where and {r for cmp in e.where for r in cmp.ranks()} & set(reduced):
+            raise ScheduleError(f"{m.name} masks its tiled reduced rank(s) {', '.join(reduced)}")
+        for node in walk(e.expr):
+            if isinstance(node, Reduce) and node.op != "sum" and node.rank in reduced:
+                raise ScheduleError(f"{m.name}: a {node.op} over the tiled rank {node.rank} (only sums accumulate)")
+        m.accumulate = loops_of.pop()
+
+    # ---- 2. placement ---------------------------------------------------------------
+    def place(self, loops: list[Loop], ms: dict[str, _Member], grid: int) -> list:
+        """The statement tree as nested lists of member names and ``("loop", j, items)``."""
+
+        def rec(names: list[str], depth: int) -> list:
+            if depth == len(loops) or not names:
+                for n in names:
+                    ms[n].depth = depth
+                return list(names)
+            if depth < grid:
+                for n in names:
+                    if depth not in ms[n].loops:
+                        ms[n].replicas |= {depth}
+                return [("loop", depth, rec(names, depth + 1))]
+            inside = [n for n in names if depth in ms[n].loops]
+            if not inside:
+                raise _DeadLoop(depth)
+            before, after = [], []
+            tainted = set(inside)
+            for n in names:
+                if n in tainted:
+                    continue
+                if any(t in tainted for t in ms[n].einsum.reads if t in self.produced and t != n):
+                    after.append(n)
+                    tainted.add(n)
+                else:
+                    before.append(n)
+            for n in after:
+                feeds = [x for x in self.readers[n] if x in inside]
+                if feeds:
+                    raise ScheduleError(f"{n} reads what the {loops[depth].rank} loop computes and feeds "
+                                        f"{', '.join(feeds)} inside it: the loop would have to be split in two")
+            for n in (*before, *after):
+                ms[n].depth = depth
+            return [*before, ("loop", depth, rec(inside, depth + 1)), *after]
+
+        for m in ms.values():
+            m.replicas = frozenset()
+        tree = rec(list(self.members), 0)
+        for m in ms.values():  # a member runs over the whole extent of every loop that does not enclose it
+            m.ranges = {r: (x if x.loop is None or x.loop < m.depth else Range(r, x.size)) for r, x in m.ranges.items()}
+            m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
+            if m.accumulate is not None and m.accumulate >= m.depth:
+                m.accumulate = None
+        return tree
+
+    # ---- 3. skews ---------------------------------------------------------------------
+    def skews(self, loops: list[Loop], ms: dict[str, _Member]) -> None:
+        """Offsets of every internal read along the loops (tile-tile pairs) in ``self.offsets``; each
+        producer's tile ranges run ahead by its readers' largest forward offset."""
+        offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
+        tails: dict[tuple[str, int], int] = {}  # (producer, axis) -> least index read there after its loop
+        for cname in self.members:
+            cm = ms[cname]
+            for k, acc in enumerate(self.forms.accesses(cname)):
+                if acc.tensor not in self.produced:
+                    continue
+                pm = ms[acc.tensor]
+                for pos, f in enumerate(self.forms.of(cname, k)):
+                    pr = pm.ranges[pm.einsum.out_ranks[pos]]
+                    if pr.loop is None:
+                        continue
+                    j = pr.loop
+                    if cname == acc.tensor:  # a recurrence's read of its previous step
+                        off = f.offset_of(pm.einsum.out_ranks[pos])
+                        if off is not None:
+                            offsets[(cname, cname, j)] = (off, off)
+                        continue
+                    if cm.depth <= j:  # read after the loop: a tail the buffer keeps
+                        lo, _ = f.interval({r: extent.rank_interval(cm.ranges[r], {}) for r in f.ranks})
+                        key = (acc.tensor, pos)
+                        tails[key] = min(tails.get(key, lo), lo)
+                        continue
+                    if pr.kind != "tile":
+                        continue  # a parent or piece range: aligned tiles, checked when sized
+                    on = [r for r in f.ranks if cm.ranges[r].loop == j]
+                    if len(on) == 1 and cm.ranges[on[0]].kind != "tile":
+                        continue  # the consumer's rank follows the loop re-tiled: aligned tiles, checked when sized
+                    if len(on) != 1:
+                        raise ScheduleError(f"{cname} reads {acc.tensor} at {f} along the tiled loop {loops[j].rank}: "
+                                            f"it needs more than one tile of it (leave {loops[j].rank} untiled)")
+                    r = on[0]
+                    coef = next(t.coef for t in f.terms if t.rank == r)
+                    if coef != 1 or f.den != 1:
+                        raise ScheduleError(f"{cname} reads {acc.tensor} at {f} along the tiled loop {loops[j].rank}:"
+                                            f" a strided read needs {loops[j].rank} untiled")
+                    rest = IndexForm(f.const, tuple(t for t in f.terms if t.rank != r))
+                    if any(t.rank is None or cm.ranges[t.rank].loop is not None for t in rest.terms):
+                        raise ScheduleError(f"{cname} reads {acc.tensor} at {f} along the tiled loop {loops[j].rank} "
+                                            f"with another tiled rank in the index")
+                    a, b = rest.interval({t.rank: (0, cm.ranges[t.rank].size - 1) for t in rest.terms})
+                    old = offsets.get((cname, acc.tensor, j))
+                    offsets[(cname, acc.tensor, j)] = (a, b) if old is None else (min(a, old[0]), max(b, old[1]))
+        skew: dict[tuple[str, int], int] = {}
+        for pname in reversed(self.members):
+            for j in range(len(loops)):
+                s = max((skew.get((cn, j), 0) + b for (cn, t, jj), (_, b) in offsets.items()
+                         if t == pname and jj == j and cn != pname), default=0)
+                if s > 0:
+                    skew[(pname, j)] = s
+        for (name, j), s in skew.items():
+            m = ms[name]
+            m.ranges = {r: (replace(x, skew=s) if x.kind == "tile" and x.loop == j else x) for r, x in m.ranges.items()}
+            self.notes.append(f"{name} runs {s} ahead along {loops[j].rank} (read forward)")
+        self.offsets, self.tails, self.skew = offsets, tails, skew
+
+    def windows(self, loops: list[Loop], ms: dict[str, _Member]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+        """Per (producer, axis) whose buffer persists along its tile loop: (least skew + offset its readers read
+        at behind the new rows, least index read after the loop)."""
+        out = {}
+        for pname in self.members:
+            pm = ms[pname]
+            for pos, r in enumerate(pm.einsum.out_ranks):
+                pr = pm.ranges[r]
+                if pr.kind != "tile":
+                    continue
+                j, s = pr.loop, pr.skew
+                behind = [self.skew.get((cn, j), 0) + a for (cn, t, jj), (a, _) in self.offsets.items()
+                          if t == pname and jj == j and cn != pname]
+                if (pname, pname, j) in self.offsets and pm.einsum.recurrence is not None:
+                    behind.append(s + self.offsets[(pname, pname, j)][0])
+                tail = self.tails.get((pname, pos))
+                least = min(behind) if behind else None
+                if (least is not None and least < s) or tail is not None:
+                    out[(pname, pos)] = (least, tail)
+        return out
+
+    # ---- 4. the whole lowering ---------------------------------------------------------
+    def run(self) -> GroupSchedule:
+        loops = self.loops()
+        while True:
+            ms = self.ranges(loops)
+            try:
+                tree = self.place(loops, ms, 0)
+                break
+            except _DeadLoop as dead:  # a tile no member can follow inside the outer loops: dropped
+                self.notes.append(f"the tile of {loops[dead.loop].rank} has no effect: no member inside the outer "
+                                  f"loops iterates it")
+                loops = [lp for j, lp in enumerate(loops) if j != dead.loop]
+        notes = list(self.notes)
+        self.skews(loops, ms)
+        sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
+        if self.policy.gpu:  # the leading parallel loops become the program grid
+            grid = 0
+            while grid < len(loops) and sched.loops[grid].role == "parallel" and not self._after_at(tree, grid):
+                grid += 1
+            if grid:
+                ms = self.ranges(loops)
+                tree = self.place(loops, ms, grid)
+                self.notes = notes
+                self.skews(loops, ms)
+                sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
+        return sched
+
+    @staticmethod
+    def _after_at(tree: list, depth: int) -> bool:
+        """Whether some member runs after loop ``depth`` in its enclosing block."""
+        items = tree
+        for _ in range(depth):
+            nxt = [x for x in items if isinstance(x, tuple)]
+            if not nxt:
+                return False
+            items = nxt[0][2]
+        seen_loop = False
+        for x in items:
+            if isinstance(x, tuple):
+                seen_loop = True
+            elif seen_loop:
+                return True
+        return False
+
+
+class _Builder:
+    """Buffers, statements and sizes of a placed group (step 4 and 5)."""
+
+    def __init__(self, lw: _Lowering, loops: list[Loop], ms: dict[str, _Member], tree: list, wins) -> None:
+        self.lw, self.c, self.forms = lw, lw.c, lw.forms
+        self.loops = tuple(loops)
+        self.ms = ms
+        self.tree = tree
+        self.wins = wins
+        self.ranges = {n: m.ranges for n, m in ms.items()}
+        self.buffers: list[Buffer] = []
+        self.by_tensor: dict[str, str] = {}  # member -> its output buffer
+        self.streams: list[_Stream] = []
+        self.stream_of: dict[tuple[str, int], _Stream] = {}
+        self.inits: dict[tuple[str, int], _Stream] = {}
+        self.notes = list(lw.notes)
+
+    # -- names --
+    def _name(self, tensor: str, kind: str) -> str:
+        return f"{kind}_{tensor}" if not any(b.name == f"{kind}_{tensor}" for b in self.buffers) else \
+            f"{kind}_{tensor}_{len(self.buffers)}"
+
+    def _out_axis(self, m: _Member, pos: int) -> AxisBox:
+        r = m.einsum.out_ranks[pos]
+        form = IndexForm(0, (Term(1, r),))
+        x = m.ranges[r]
+        return AxisBox(self.c.rank_size(r), ((form, m.name),), frozenset({x.loop}) if x.loop is not None else frozenset())
+
+    # -- internal buffers --
+    def internal_buffers(self) -> None:
+        for name in self.lw.members:
+            m = self.ms[name]
+            readers = self.lw.readers[name]
+            if not readers:
+                kind = "partial" if m.accumulate is not None else "staging"
+            else:
+                kind = "partial" if m.accumulate is not None else "tile"
+            alloc = m.depth
+            for cn in readers:
+                alloc = min(alloc, self.ms[cn].depth)
+            if m.accumulate is not None:
+                alloc = min(alloc, m.accumulate)
+            slide: dict[int, tuple[int | None, int | None]] = {}
+            for pos in range(len(m.einsum.out_ranks)):
+                if (name, pos) in self.wins:
+                    j = m.ranges[m.einsum.out_ranks[pos]].loop
+                    alloc = min(alloc, j)
+                    slide[pos] = self.wins[(name, pos)]
+            axes = []
+            for pos, r in enumerate(m.einsum.out_ranks):
+                x = m.ranges[r]
+                size = self.c.rank_size(r)
+                box = self._out_axis(m, pos)
+                if x.loop is None or x.loop > alloc:
+                    axes.append(BufferAxis(size))
+                elif x.loop < alloc:
+                    axes.append(BufferAxis(extent.max_length(box, self.loops, self.ranges), "box", box))
+                elif pos in slide and x.kind == "tile":
+                    behind, tail = slide[pos]
+                    rows = extent.window_rows(self.loops[x.loop].tile, x.skew, behind, tail, size)
+                    if rows >= size:
+                        axes.append(BufferAxis(size))
+                    else:
+                        axes.append(BufferAxis(rows, "window", box, x.loop))
+                        self.notes.append(f"{name} keeps a window of {rows} along {r} (loop {self.loops[x.loop].rank})")
+                else:
+                    axes.append(BufferAxis(size))
+            b = Buffer(self._name(name, kind), name, kind if not any(a.base == "window" for a in axes) else "window",
+                       tuple(axes), self.c.tensors[name].element_bytes)
+            self.buffers.append(b)
+            self.by_tensor[name] = b.name
+
+    # -- streams of off-chip reads --
+    def collect_streams(self) -> None:
+        """Every off-chip read, grouped into streams: reads of one tensor loaded in one block whose boxes
+        overlap or abut at the first tile (conv taps, ``X[l]`` and ``X[l-1]``, adjacent rows of a packed
+        weight) share one box; disjoint parts of a tensor get streams of their own."""
+        by_key: dict[tuple, list[_Stream]] = {}
+        for name in self.lw.members:
+            m = self.ms[name]
+            for k, acc in enumerate(self.forms.accesses(name)):
+                forms = self.forms.of(name, k)
+                if acc.tensor not in self.lw.produced:
+                    self._add_read(by_key, acc.tensor, name, k, forms)
+                self._init_read(by_key, name, k, acc, forms)
+            rec = m.einsum.recurrence
+            if rec is not None and rec.init is not None:  # the state before the first step
+                forms = tuple(IndexForm(0, (Term(1, r),)) for p, r in enumerate(m.einsum.out_ranks) if p != rec.position)
+                self._add_read(by_key, rec.init, name, -1, forms, name, rec.position, m.ranges[rec.rank].loop)
+        for streams in by_key.values():
+            self.streams += streams
+
+    def _init_read(self, by_key, name: str, k: int, acc: Access, forms: tuple[IndexForm, ...]) -> None:
+        """A read of a recurrence's tensor that can reach index -1 of its iterative position reads its initial
+        state there (on the first tile of the loop that position moves with)."""
+        prod = self.c.einsum(acc.tensor) if self.c.producer(acc.tensor) else None
+        rec = prod.recurrence if prod is not None else None
+        if rec is None or rec.init is None or acc.tensor == name:
+            return
+        m = self.ms[name]
+        f = forms[rec.position]
+        lo, hi = f.interval({r: extent.rank_interval(m.ranges[r], {}) for r in f.ranks})
+        if not lo <= -1 <= hi:
+            return
+        on = {m.ranges[r].loop for r in f.ranks if m.ranges[r].loop is not None}
+        first = on.pop() if len(on) == 1 else None
+        rest = tuple(x for p, x in enumerate(forms) if p != rec.position)
+        self._add_read(by_key, rec.init, name, k, rest, acc.tensor, rec.position, first)
+
+    def _add_read(self, by_key, tensor: str, member: str, k: int, forms: tuple[IndexForm, ...],
+                  init_of: str | None = None, init_axis: int | None = None, first_of: int | None = None) -> None:
+        m = self.ms[member]
+        moves = {m.ranges[r].loop for f in forms for r in f.ranks if m.ranges[r].loop is not None}
+        depth = 1 + max(moves) if moves else 0
+        if first_of is not None and first_of >= depth:
+            first_of = None  # loaded outside that loop anyway
+        box = self._first_box(member, forms, tensor)
+        key = (tensor, depth, init_of, first_of)
+        for st in by_key.setdefault(key, []):
+            if _abuts(st.first, box):
+                st.reads.append((member, k, forms))
+                st.first = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(st.first, box, strict=True)]
+                return
+        by_key[key].append(_Stream(tensor, depth, [(member, k, forms)], init_of, init_axis, first_of, box))
+
+    def _first_box(self, member: str, forms, tensor: str) -> list[tuple[int, int]]:
+        """The read's box at the first tile of every loop."""
+        state = {j: extent.tile_of(lp, 0) for j, lp in enumerate(self.loops)}
+        rr = self.ms[member].ranges
+        out = []
+        for f, size in zip(forms, self.c.shape(tensor), strict=True):
+            lo, hi = f.interval({r: extent.rank_interval(rr[r], state) for r in f.ranks})
+            out.append((max(lo, 0), min(hi, size - 1)))
+        return out
+
+    def _axes(self, st: _Stream) -> tuple[AxisBox, ...]:
+        out = []
+        for i, size in enumerate(self.c.shape(st.tensor)):
+            reads = tuple((forms[i], mb) for mb, _, forms in st.reads)
+            moves = frozenset(j for f, mb in reads for r in f.ranks
+                              if (j := self.ms[mb].ranges[r].loop) is not None and j < st.depth)
+            out.append(AxisBox(size, reads, moves))
+        return tuple(out)
+
+    def _size_stream(self, st: _Stream) -> None:
+        """The stream's box, whether it slides, its buffer's axes and its elements over the group."""
+        box = self._axes(st)
+        slides = None
+        inner = st.depth - 1
+        if not self.lw.policy.gpu and inner >= 0 and st.first_of is None:
+            on = [i for i, a in enumerate(box) if inner in a.loops]
+            if len(on) == 1 and box[on[0]].loops == {inner} and self._overlaps(box[on[0]], inner):
+                slides = on[0]
+        axes = []
+        for i, a in enumerate(box):
+            n = extent.max_length(a, self.loops, self.ranges)
+            if not a.loops:
+                lo, _ = extent.axis_interval(a, self.ranges, {})
+                axes.append(BufferAxis(n, "zero", None) if lo == 0 else BufferAxis(n, "box", a))
+            elif i == slides:
+                axes.append(BufferAxis(n, "window", a, inner))
+            else:
+                axes.append(BufferAxis(n, "box", a))
+        st.box, st.slides, st.axes = box, slides, tuple(axes)
+        st.elements, st.executions = extent.box_total(box, tuple(range(st.depth)), self.loops, self.ranges,
+                                                      slides=slides, slide_loop=inner if slides is not None else None,
+                                                      first_of=st.first_of)
+        st.nbytes = self.c.tensors[st.tensor].element_bytes
+        for a in axes:
+            st.nbytes *= a.extent
+
+    def _overlaps(self, axis: AxisBox, j: int) -> bool:
+        lp = self.loops[j]
+        if lp.trips < 2:
+            return False
+        a = extent.axis_interval(axis, self.ranges, {j: extent.tile_of(lp, 0)})
+        b = extent.axis_interval(axis, self.ranges, {j: extent.tile_of(lp, 1)})
+        return b[0] <= a[1]
+
+    def hoist(self) -> None:
+        """Keep re-read operands on chip: a stream loaded inside loops it does not move with is loaded again at
+        each of their iterations; hoisted to an outer block its box covers every tile of the loops between (and
+        it merges with a stream of the same tensor already loaded there whose box it overlaps, such as the
+        B and C channels two members read in different blocks). Streams are hoisted greedily, most elements
+        saved first, while every buffer of the group still fits the capacity together."""
+        cap = self.lw.capacity
+        for st in self.streams:
+            self._size_stream(st)
+        if cap is None:
+            return
+        used = sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams)
+        while True:
+            best = None
+            for st in self.streams:
+                if st.first_of is not None:
+                    continue
+                for depth in range(st.depth):
+                    up = _Stream(st.tensor, depth, list(st.reads), st.init_of, st.init_axis, None, st.first)
+                    self._size_stream(up)
+                    host = next((h for h in self.streams if h is not st and h.depth == depth and h.tensor == st.tensor
+                                 and h.init_of == st.init_of and h.first_of is None and _abuts(h.first, up.first)),
+                                None)
+                    if host is not None:
+                        up = _Stream(st.tensor, depth, [*host.reads, *st.reads], st.init_of, st.init_axis, None,
+                                     [(min(a[0], b[0]), max(a[1], b[1]))
+                                      for a, b in zip(host.first, up.first, strict=True)])
+                        self._size_stream(up)
+                        saved = st.elements + host.elements - up.elements
+                        extra = up.nbytes - st.nbytes - host.nbytes
+                    else:
+                        saved, extra = st.elements - up.elements, up.nbytes - st.nbytes
+                    if saved > 0 and used + extra <= cap and (best is None or saved > best[0]):
+                        best = (saved, extra, st, host, up)
+            if best is None:
+                return
+            _, extra, st, host, up = best
+            self.streams = [up if x is st else x for x in self.streams if x is not host]
+            used += extra
+
+    def stream_buffers(self) -> None:
+        for st in self.streams:
+            b = Buffer(self._name(st.tensor, "in"), st.tensor, "operand", st.axes,
+                       self.c.tensors[st.tensor].element_bytes)
+            self.buffers.append(b)
+            st.buffer = b.name
+            for member, k, _ in st.reads:
+                if st.init_of is None:
+                    self.stream_of[(member, k)] = st
+                else:
+                    self.inits[(member, k)] = st
+
+    # -- statements --
+    def statements(self) -> tuple[Statement, ...]:
+        loads_at: dict[int, list[_Stream]] = {}
+        for s in self.streams:
+            loads_at.setdefault(s.depth, []).append(s)
+        done: set[int] = set()
+
+        def members_in(item) -> set[str]:
+            if isinstance(item, str):
+                return {item}
+            out = set()
+            for x in item[2]:
+                out |= members_in(x)
+            return out
+
+        def emit(items: list, depth: int) -> tuple[Statement, ...]:
+            out: list[Statement] = []
+            if depth > 0:
+                for b in self.buffers:
+                    for i, ax in enumerate(b.axes):
+                        if ax.base == "window" and ax.loop == depth - 1:
+                            out.append(Shift(b.name, i, depth - 1))
+            for item in items:
+                inside = members_in(item)
+                for s in loads_at.get(depth, ()):
+                    if id(s) in done or not inside & {mb for mb, _, _ in s.reads}:
+                        continue
+                    done.add(id(s))
+                    out.append(self._load(s))
+                if isinstance(item, str):
+                    out.append(self._compute(item))
+                    if item in self.lw.stored and self.ms[item].accumulate is None:
+                        out.append(self._store(item, depth))
+                else:
+                    _, j, sub = item
+                    out.append(LoopBlock(j, emit(sub, depth + 1)))
+                    for n in sorted(inside, key=self.lw.members.index):
+                        if n in self.lw.stored and self.ms[n].accumulate == j:
+                            out.append(self._store(n, depth))
+            return tuple(out)
+
+        return emit(self.tree, 0)
+
+    def _load(self, st: _Stream) -> Load:
+        return Load(st.tensor, st.buffer, st.box, st.slides, st.depth - 1 if st.slides is not None else None,
+                    st.init_of, st.init_axis, st.first_of, st.elements, st.executions)
+
+    def _compute(self, name: str) -> Compute:
+        m = self.ms[name]
+        reads, inits = [], []
+        for k, acc in enumerate(self.forms.accesses(name)):
+            if acc.tensor in self.lw.produced:
+                reads.append(self.by_tensor[acc.tensor])
+            else:
+                reads.append(self.stream_of[(name, k)].buffer)
+            if (name, k) in self.inits:
+                inits.append((k, self.inits[(name, k)].buffer))
+        rec = m.einsum.recurrence
+        if rec is not None and rec.init is not None:
+            inits.append((-1, self.inits[(name, -1)].buffer))
+        execs = 1
+        for j in range(m.depth):
+            execs *= self.loops[j].trips
+        replicas = 1
+        for j in m.replicas:
+            replicas *= self.loops[j].trips
+        ranges = tuple(m.ranges[r] for r in m.einsum.ranks)
+        return Compute(name, self.by_tensor[name], ranges, tuple(reads), tuple(inits), (), m.accumulate, replicas,
+                       execs)
+
+    def _store(self, name: str, depth: int) -> Store:
+        m = self.ms[name]
+        box = tuple(self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks)))
+        n, execs = extent.box_total(box, tuple(range(depth)), self.loops, self.ranges, guard=m.replicas)
+        return Store(name, self.by_tensor[name], box, tuple(sorted(m.replicas)), n, execs)
+
+    def roles(self) -> tuple[Loop, ...]:
+        """Each loop's role: a recurrence's rank, a reduction (partial sums), a sliding window, or parallel."""
+        out = []
+        for j, lp in enumerate(self.loops):
+            role, why = "parallel", ""
+            rec = [m.name for m in self.ms.values() if m.einsum.recurrence is not None
+                   and m.ranges[m.einsum.recurrence.rank].loop == j]
+            acc = [m.name for m in self.ms.values() if m.accumulate == j]
+            slide = [b.tensor for b in self.buffers if b.kind != "operand"
+                     and any(a.base == "window" and a.loop == j for a in b.axes)]
+            if rec:
+                role, why = "recurrence", f"{rec[0]}'s state carries across it"
+            elif acc:
+                role, why = "reduction", f"{acc[0]} accumulates partial sums across it"
+            elif slide:
+                role, why = "sequential", f"a window of {slide[0]} slides along it"
+            out.append(replace(lp, role=role, why=why))
+        return tuple(out)
+
+    # -- the whole group --
+    def build(self) -> GroupSchedule:
+        self.internal_buffers()
+        self.collect_streams()
+        self.hoist()
+        self.stream_buffers()
+        body = self.statements()
+        offset, placed = 0, []
+        for b in self.buffers:
+            placed.append(replace(b, offset=offset))
+            offset += b.elements
+        self.buffers = placed
+        lw = self.lw
+        loops = self.roles()
+        reads = tuple(dict.fromkeys(s.tensor for s in self.streams))
+        writes = tuple(n for n in lw.members if n in lw.stored)
+        return GroupSchedule(lw.index, tuple(sorted(lw.group.einsums, key=lw.members.index)), tuple(lw.members),
+                             loops, tuple(placed), body, reads, writes, (),
+                             {n: tuple(m.ranges[r] for r in m.einsum.ranks) for n, m in self.ms.items()},
+                             tuple(self.notes))
+
+
+def lower_group(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+                policy: Policy = SEQUENTIAL, index: int = 0, capacity: int | None = None) -> GroupSchedule:
+    """The schedule of one group; ``model`` is the analysis's loop model of its members (recomputed
+    producers included), ``stored`` the members whose output leaves the group, ``capacity`` the bytes on
+    chip re-read operands may be kept resident in (None: none kept beyond what their boxes allow)."""
+    return _Lowering(cascade, group, model, forms, stored, policy, index, capacity).run()
+
+
+__all__ = ["SEQUENTIAL", "Forms", "Policy", "ScheduleError", "lower_group"]
