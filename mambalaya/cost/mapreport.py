@@ -13,11 +13,12 @@ import time
 from typing import Any
 
 from mambalaya.arch import Arch, load_arch
-from mambalaya.cost.context import BufferNeed, CostContext
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade
-from mambalaya.ir.mapping import Mapping, unfused_mapping
+from mambalaya.ir.mapping import Mapping
 
 OBJECTIVES = ("latency", "traffic")
 
@@ -39,9 +40,10 @@ def map_report(
     optimal: bool = False,
     solve_s: float | None = None,
     method: str | None = None,
-    buffer_need: BufferNeed | None = None,
+    ctx: CostContext | None = None,
 ) -> dict[str, Any]:
-    """The ``map`` JSON: ``mapping`` evaluated, or (without one) the better of greedy and unfused.
+    """The ``map`` JSON: ``mapping`` evaluated, or (without one) the better of greedy and unfused. The
+    unfused figures are every Einsum alone at its best tiling (:func:`unfused_baseline`).
 
     ``optimal``/``solve_s``/``method`` let an optimiser that found ``mapping`` say so.
     """
@@ -49,15 +51,13 @@ def map_report(
         raise MambalayaError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
     arch = load_arch(arch) if isinstance(arch, str) else arch
     start = time.perf_counter()
-    ctx = CostContext(cascade, arch, buffer_need)
-    unfused = evaluate(cascade, arch, unfused_mapping(cascade), ctx=ctx)
+    ctx = ctx or CostContext(cascade, arch)
+    unfused = evaluate(cascade, arch, unfused_baseline(cascade, arch, ctx=ctx), ctx=ctx)
     if mapping is not None:
         chosen, how = evaluate(cascade, arch, mapping, ctx=ctx), method or "file"
     elif not arch.can_fuse:
         chosen, how = unfused, "unfused"
     else:
-        from mambalaya.cost.heuristics import greedy_mapping
-
         greedy = evaluate(cascade, arch, greedy_mapping(cascade, arch, ctx=ctx), ctx=ctx)
         chosen, how = (
             (greedy, "greedy")

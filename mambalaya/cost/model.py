@@ -1,10 +1,10 @@
 """Evaluate a mapping: traffic, compute and roofline latency per Einsum, per group, in total.
 
-``evaluate(cascade, arch, mapping)`` returns a :class:`CostReport`; the rules are
-in :mod:`mambalaya.cost.traffic` (bytes), :mod:`mambalaya.cost.ops` (op counts)
-and :mod:`mambalaya.cost.latency` (time). ``evaluate_group`` costs one group on
-its own (its traffic depends only on which Einsums are inside it), which is
-what the mapper needs for each candidate.
+``evaluate(cascade, arch, mapping)`` lowers the mapping to its schedule
+(:func:`mambalaya.schedule.lower_mapping`: each group's buffers held to the arch's capacity) and
+prices it (:mod:`mambalaya.cost.price`: the statements' bytes, the members' ops, the roofline of
+:mod:`mambalaya.cost.latency`). ``evaluate_group`` costs one group on its own (what the mapper
+needs for each candidate).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mambalaya.arch import Arch, load_arch
-from mambalaya.cost.context import BufferNeed, CostContext
+from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import compute_seconds, group_latency, memory_seconds, split_latency
-from mambalaya.cost.ops import OpCount, flops, ops_by_kind
-from mambalaya.cost.traffic import Traffic, TrafficRow, group_traffic, mapping_traffic, recomputed_einsums
+from mambalaya.cost.ops import flops, ops_by_kind
+from mambalaya.cost.price import Traffic, TrafficRow, member_ops, traffic_rows
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.schedule import GroupSchedule, Schedule, lower_mapping
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -98,11 +99,13 @@ class GroupCost(_RooflineFigures):
     latency_s: float
     flops: int
     transfers: int
+    occupancy_bytes: int = 0  # every buffer of its schedule, held at once
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "einsums": list(self.einsums),
+            "occupancy_bytes": self.occupancy_bytes,
             "traffic_bytes": self.traffic_bytes,
             "memory_s": self.memory_s,
             "compute_s": self.compute_s,
@@ -128,6 +131,7 @@ class CostReport:
     groups: tuple[GroupCost, ...]
     traffic: Traffic
     params: dict[str, Any] = field(default_factory=dict)
+    schedule: Schedule | None = field(default=None, compare=False)
 
     @property
     def traffic_bytes(self) -> int:
@@ -199,58 +203,39 @@ class CostReport:
         return pd.DataFrame([r.to_json() for r in self.traffic.rows])
 
 
-def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    return dict(sorted({k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}.items()))
-
-
-def _group_costs(
-    ctx: CostContext, group: FusionGroup, index: int, rows: list[TrafficRow]
-) -> tuple[GroupCost, list[EinsumCost]]:
-    cascade, arch = ctx.cascade, ctx.arch
-    order = {n: i for i, n in enumerate(cascade.einsum_names)}
-    members = sorted(group.einsums, key=order.__getitem__)
-    recomputed = recomputed_einsums(cascade, group)
-    counts: dict[str, list[OpCount]] = {e: list(ctx.ops(e)) for e in members}
-    charged: dict[str, list[str]] = {e: [] for e in members}
-    for r in recomputed:  # re-running a producer is charged to the first member that consumes recomputed data
-        who = next((m for m in members if any(t in recomputed for t in ctx.reads(m))), members[0])
-        counts[who] += list(ctx.ops(r))
-        charged[who].append(r)
+def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list[EinsumCost], list[TrafficRow]]:
+    """A group's schedule priced: its row, its Einsums' rows, its traffic rows."""
+    arch = ctx.arch
+    rows = traffic_rows(ctx, sched)
+    counts = member_ops(ctx, sched)
+    members = list(counts)
+    charged = {e: [m for m in sched.members if m not in sched.einsums
+                   and next((x for x in members if m in ctx.cascade.einsum(x).reads), members[0]) == e]
+               for e in members}
     traffic = {e: 0 for e in members}
     for row in rows:
         traffic[row.einsum] += row.bytes
     compute = {e: compute_seconds(arch, counts[e]) for e in members}
     memory = {e: memory_seconds(arch, traffic[e]) for e in members}
     total_bytes = sum(r.bytes for r in rows)
-    transfers = sum(r.reread for r in rows)
+    transfers = sum(r.transfers for r in rows)
     latency, overhead = group_latency(arch, sum(compute.values()), total_bytes, transfers)
     shares = split_latency(latency, [max(compute[e], memory[e]) for e in members])
     einsums = []
     for e, share in zip(members, shares, strict=True):
         ops = {k: int(v) for k, v in ops_by_kind(counts[e]).items()}
-        einsums.append(
-            EinsumCost(
-                e, index, traffic[e], memory[e], compute[e], share, ops, int(flops(ops)), tuple(charged[e])
-            )
-        )
-    g = GroupCost(
-        index,
-        tuple(members),
-        total_bytes,
-        memory_seconds(arch, total_bytes),
-        sum(compute.values()),
-        overhead,
-        latency,
-        sum(e.flops for e in einsums),
-        transfers,
-    )
-    return g, einsums
+        einsums.append(EinsumCost(e, sched.index, traffic[e], memory[e], compute[e], share, ops, int(flops(ops)),
+                                  tuple(charged[e])))
+    g = GroupCost(sched.index, tuple(members), total_bytes, memory_seconds(arch, total_bytes), sum(compute.values()),
+                  overhead, latency, sum(e.flops for e in einsums), transfers, sched.occupancy_bytes)
+    return g, einsums, rows
 
 
-def evaluate_group(ctx: CostContext, group: FusionGroup, index: int = 0) -> GroupCost:
-    """One group on its own (no recompute by other groups, no resident weights from earlier ones)."""
-    rows = group_traffic(ctx, group, index)
-    return _group_costs(ctx, group, index, rows)[0]
+def evaluate_group(ctx: CostContext, group: FusionGroup, index: int = 0,
+                   stored: frozenset[str] | None = None) -> GroupCost:
+    """One group on its own: it stores what any Einsum outside it reads (raises ScheduleError when its buffers
+    do not fit the arch's capacity)."""
+    return group_costs(ctx, ctx.lower(group, stored, index))[0]
 
 
 def evaluate(
@@ -259,23 +244,34 @@ def evaluate(
     mapping: Mapping | None = None,
     *,
     ctx: CostContext | None = None,
-    buffer_need: BufferNeed | None = None,
 ) -> CostReport:
     """The cost of ``mapping`` (default: the unfused one) of ``cascade`` on ``arch``."""
     arch = load_arch(arch) if isinstance(arch, str) else arch
-    ctx = ctx or CostContext(cascade, arch, buffer_need)
+    ctx = ctx or CostContext(cascade, arch)
     mapping = mapping or unfused_mapping(cascade)
-    traffic = mapping_traffic(ctx, mapping)
-    groups, einsums = [], []
-    for i, g in enumerate(mapping.groups):
-        gc, ecs = _group_costs(ctx, g, i, [r for r in traffic.rows if r.group == i])
+    check_fusable(arch, mapping)
+    sched = lower_mapping(cascade, mapping, arch, lowerer=ctx.lowerer)
+    groups, einsums, rows = [], [], []
+    for g in sched.groups:
+        gc, ecs, rs = group_costs(ctx, g)
         groups.append(gc)
         einsums += ecs
+        rows += rs
     order = {n: i for i, n in enumerate(cascade.einsum_names)}
     einsums.sort(key=lambda e: order[e.name])
-    return CostReport(
-        cascade.name, arch.name, mapping, tuple(einsums), tuple(groups), traffic, dict(cascade.params)
-    )
+    return CostReport(cascade.name, arch.name, mapping, tuple(einsums), tuple(groups), Traffic(tuple(rows)),
+                      dict(cascade.params), sched)
+
+
+def check_fusable(arch: Arch, mapping: Mapping) -> None:
+    """An arch that cannot fuse admits only one Einsum per group."""
+    from mambalaya.errors import MappingError
+
+    if not arch.can_fuse:
+        fused = [g.einsums for g in mapping.groups if len(g.einsums) > 1 or g.recompute]
+        if fused:
+            raise MappingError(f"arch {arch.name!r} cannot fuse (can_fuse: false) but the mapping fuses "
+                               f"[{', '.join(fused[0])}]: only one Einsum per group is admitted")
 
 
 def roofline(arch: Arch) -> dict[str, float]:
@@ -288,4 +284,4 @@ def roofline(arch: Arch) -> dict[str, float]:
     }
 
 
-__all__ = ["CostReport", "EinsumCost", "GroupCost", "evaluate", "evaluate_group", "roofline"]
+__all__ = ["CostReport", "EinsumCost", "GroupCost", "check_fusable", "evaluate", "evaluate_group", "group_costs", "roofline"]

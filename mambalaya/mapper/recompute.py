@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mambalaya.cost.latency import group_latency
-from mambalaya.cost.traffic import group_traffic
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.model import group_costs
+from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.expr import Reduce, walk
 from mambalaya.ir.mapping import FusionGroup
@@ -54,29 +55,35 @@ def recomputable(cascade: Cascade) -> dict[str, tuple[str, ...]]:
 
 
 def variants(space: Space) -> list[Candidate]:
-    """The recompute and unwritten variants of the space's candidates (module docstring)."""
-    cascade, ctx, arch = space.cascade, space.ctx, space.arch
+    """The recompute and unwritten variants of the space's candidates (module docstring), each lowered and
+    priced like any candidate (a variant whose schedule does not fit is left out)."""
+    cascade, ctx = space.cascade, space.ctx
     targets = recomputable(cascade)
-    compute = space.coster._compute_s  # type: ignore[attr-defined]
-    order = {n: i for i, n in enumerate(cascade.einsum_names)}
     out: list[Candidate] = []
     for c in space.candidates:
         members = set(c.einsums)
         for t in targets:
             consumers = set(cascade.consumers(t))
             if t in members and consumers - members:  # owner: the variant without T's write
-                traffic = c.traffic_bytes - cascade.nbytes(t)
-                latency, _ = group_latency(arch, sum(c.compute_s), traffic, c.transfers - 1)
-                out.append(replace(c, traffic_bytes=traffic, latency_s=latency, transfers=c.transfers - 1,
-                                   unwritten=(t,)))
-            elif t not in members and consumers & members and not c.group.tiles:
-                g = FusionGroup(c.einsums, c.group.loop_order, {}, recompute=(t,))
-                rows = group_traffic(ctx, g)
-                traffic, transfers = sum(r.bytes for r in rows), sum(r.reread for r in rows)
-                parts = tuple(compute(e) for e in sorted([*c.einsums, t], key=order.__getitem__))
-                latency, _ = group_latency(arch, sum(parts), traffic, transfers)
-                out.append(Candidate(c.einsums, g, traffic, latency, c.buffer_bytes, parts, transfers))
+                stored = ctx.stored_alone(c.einsums) - {t}
+                got = _priced(ctx, c.group, stored)
+                if got is not None:
+                    out.append(replace(got, unwritten=(t,)))
+            elif t not in members and consumers & members:
+                g = FusionGroup(c.einsums, c.group.loop_order, dict(c.group.tiles), recompute=(t,))
+                got = _priced(ctx, g, None)
+                if got is not None:
+                    out.append(got)
     return out
+
+
+def _priced(ctx: CostContext, group: FusionGroup, stored: frozenset[str] | None) -> Candidate | None:
+    try:
+        cost, rows, _ = group_costs(ctx, ctx.lower(group, stored))
+    except MambalayaError:  # the variant's schedule does not fit (or cannot be lowered)
+        return None
+    return Candidate(group.einsums, group, cost.traffic_bytes, cost.latency_s, cost.occupancy_bytes,
+                     tuple(r.compute_s for r in rows), cost.transfers)
 
 
 def conflicts(cascade: Cascade, cands: list[Candidate]) -> tuple[tuple[int, ...], ...]:

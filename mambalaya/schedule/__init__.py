@@ -21,6 +21,8 @@ Typical use::
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mambalaya.arch import Arch, load_arch
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup, Mapping
@@ -39,7 +41,7 @@ from mambalaya.schedule.ir import (
     Statement,
     Store,
 )
-from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, lower_group
+from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, group_occupancy, lower_group
 
 
 class Lowerer:
@@ -53,6 +55,7 @@ class Lowerer:
         self.analysis = analysis if analysis is not None else GroupAnalyzer(cascade)
         self.forms = Forms(cascade)
         self._models: dict[tuple[str, ...], object] = {}
+        self._lowered: dict[tuple, GroupSchedule | ScheduleError] = {}
 
     def model(self, members: tuple[str, ...]):
         key = tuple(sorted(members))
@@ -66,8 +69,28 @@ class Lowerer:
 
     def group(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL, index: int = 0,
               capacity: int | None = None) -> GroupSchedule:
+        """The group's schedule (cached: every arch of one policy and capacity shares it; an untiled group's
+        does not depend on the capacity)."""
+        tiled = any(0 < t < self.cascade.rank_size(r) for r, t in group.tiles.items())
+        key = (group.einsums, group.loop_order, tuple(sorted(group.tiles.items())), group.recompute, stored,
+               policy if tiled else None, capacity if tiled else None)
+        got = self._lowered.get(key)
+        if got is None:
+            members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
+            try:
+                got = lower_group(self.cascade, group, self.model(members), self.forms, stored, policy, 0, capacity)
+            except ScheduleError as err:
+                got = err
+            self._lowered[key] = got
+        if isinstance(got, ScheduleError):
+            raise ScheduleError(str(got))
+        return got if index == got.index else replace(got, index=index)
+
+
+    def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> int:
+        """What :meth:`group`'s schedule holds on chip before hoisting (the fit test), without its statements."""
         members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
-        return lower_group(self.cascade, group, self.model(members), self.forms, stored, policy, index, capacity)
+        return group_occupancy(self.cascade, group, self.model(members), self.forms, stored, policy)
 
 
 def policy_of(arch: Arch) -> Policy:
@@ -156,6 +179,7 @@ __all__ = [
     "Store",
     "check_capacity",
     "format_schedule",
+    "group_occupancy",
     "lower_group",
     "lower_mapping",
     "policy_of",

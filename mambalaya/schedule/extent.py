@@ -13,13 +13,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 
-from mambalaya.schedule.intervals import Interval
+from mambalaya.schedule.intervals import IndexForm, Interval
 from mambalaya.schedule.ir import AxisBox, Loop, Range
 
 #: tile ``(lo, hi, first)`` per loop index: what a box is evaluated at
 State = Mapping[int, tuple[int, int, bool]]
 #: loops with at most this many tiles are always enumerated whole
-ENUMERATE_UP_TO = 256
+ENUMERATE_UP_TO = 16
 
 
 def tile_of(loop: Loop, t: int) -> tuple[int, int, bool]:
@@ -59,6 +59,79 @@ def _length(iv: Interval) -> int:
     return max(0, iv[1] - iv[0] + 1)
 
 
+class AxisFn:
+    """An :class:`AxisBox` compiled against its members' ranges: :meth:`interval` is :func:`axis_interval` in
+    plain integer arithmetic (the lowering and the mapper evaluate boxes millions of times). Reads with a
+    floor or remainder of a moving rank use the general evaluator."""
+
+    __slots__ = ("axis", "ranges", "size", "loops", "reads", "static", "generic", "affine", "_reach")
+
+    def __init__(self, axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> None:
+        self.axis, self.ranges, self.size, self.loops = axis, ranges, axis.size, axis.loops
+        self.static: Interval | None = None
+        self.generic = False
+        self.affine = is_affine(axis, ranges)
+        self._reach: dict[tuple[int, int], int] = {}
+        reads = []
+        for form, member in axis.reads:
+            rr = ranges[member]
+            moving = [t for t in form.terms if (t.rank is not None and rr[t.rank].loop in axis.loops)
+                      or (t.sub is not None and any(rr[r].loop in axis.loops for r in t.sub.ranks))]
+            if any(t.sub is not None for t in moving) or form.den != 1:
+                self.generic = True
+                break
+            fixed = IndexForm(form.const, tuple(t for t in form.terms if t not in moving))
+            a, b = fixed.interval({r: (0, rr[r].size - 1) for r in fixed.ranks}) if fixed.terms else (form.const,
+                                                                                                        form.const)
+            reads.append((a, b, tuple((t.coef, rr[t.rank]) for t in moving)))
+        self.reads = tuple(reads)
+        if not self.generic and not axis.loops:
+            self.static = self.interval({})
+
+    def interval(self, state: State) -> Interval:
+        if self.static is not None:
+            return self.static
+        if self.generic:
+            return axis_interval(self.axis, self.ranges, state)
+        lo = hi = None
+        for a, b, terms in self.reads:
+            empty = False
+            for coef, r in terms:
+                st = state.get(r.loop) if r.loop is not None else None
+                if st is None:
+                    x0, x1 = 0, r.size - 1
+                elif r.kind == "tile":
+                    x0 = 0 if st[2] else st[0] + r.skew
+                    x1 = min(st[1] + r.skew, r.size) - 1
+                    x0 = max(x0, 0)
+                else:
+                    x0, x1 = r.bounds(st[0], st[1], st[2])
+                    x1 -= 1
+                if x0 > x1:
+                    empty = True
+                    break
+                if coef >= 0:
+                    a += coef * x0
+                    b += coef * x1
+                else:
+                    a += coef * x1
+                    b += coef * x0
+            if empty:
+                continue
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        if lo is None:
+            return 0, -1
+        return (lo if lo > 0 else 0), (hi if hi < self.size - 1 else self.size - 1)
+
+    def reach(self, loop: int, extent: int) -> int:
+        key = (loop, extent)
+        got = self._reach.get(key)
+        if got is None:
+            got = self._reach[key] = _reach([self.axis], self.ranges, loop, extent)
+        return got
+
+
 def is_affine(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> bool:
     """No floor or remainder in the forms, and no range is a piece (a floor) of its loop."""
     for form, member in axis.reads:
@@ -69,17 +142,23 @@ def is_affine(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> bool:
     return True
 
 
-def _reach(axes: Iterable[AxisBox], ranges: Mapping[str, Mapping[str, Range]], loop: int) -> int:
-    """How far (in indices) the boxes reach beyond a tile of ``loop``: their constant offsets, the spans
-    of ranks that do not move with the loop, skews: the ends a tile's box can be clipped within."""
+def _reach(axes: Iterable[AxisBox], ranges: Mapping[str, Mapping[str, Range]], loop: int, extent: int) -> int:
+    """How far (in indices) the boxes that move with ``loop`` reach beyond its tile: their constant offsets,
+    the spans of ranks that do not move with the loop, skews, and how much shorter than the loop a rank that
+    follows it is: the ends within which a tile's box can be clipped."""
     span = 0
     for axis in axes:
+        if loop not in axis.loops:
+            continue
         for form, member in axis.reads:
             rr = ranges[member]
             iv = {r: ((0, 0) if rr[r].loop == loop else (0, rr[r].size - 1)) for r in form.ranks}
             a, b = form.interval(iv)
             span = max(span, abs(a), abs(b))
-            span = max(span, max((rr[r].skew for r in form.ranks), default=0))
+            for r in form.ranks:
+                x = rr[r]
+                if x.loop == loop:
+                    span = max(span, x.skew, extent * x.scale - x.size)
     return span
 
 
@@ -94,31 +173,35 @@ def tiles_to_walk(loop: Loop, affine: bool, reach: int) -> tuple[list[int], int,
     return [*range(k), k, *range(n - k, n)], k, n - 2 * k - 1
 
 
-def max_length(axis: AxisBox, loops: tuple[Loop, ...], ranges: Mapping[str, Mapping[str, Range]]) -> int:
+def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     """The longest the box gets on this axis over every tile of the loops it moves with."""
-    deps = sorted(axis.loops)
-    if not deps:
-        return _length(axis_interval(axis, ranges, {}))
-    affine = is_affine(axis, ranges)
-    walks = [tiles_to_walk(loops[j], affine, _reach([axis], ranges, j))[0] for j in deps]
+    if fn.static is not None:
+        return _length(fn.static)
+    deps = sorted(fn.loops)
+    walks = [tiles_to_walk(loops[j], fn.affine, fn.reach(j, loops[j].extent))[0] for j in deps]
     best = 0
     for ts in itertools.product(*walks):
         state = {j: tile_of(loops[j], t) for j, t in zip(deps, ts, strict=True)}
-        best = max(best, _length(axis_interval(axis, ranges, state)))
+        iv = fn.interval(state)
+        n = iv[1] - iv[0] + 1
+        if n > best:
+            best = n
     return best
 
 
-def box_total(axes: tuple[AxisBox, ...], enclosing: tuple[int, ...], loops: tuple[Loop, ...],
-              ranges: Mapping[str, Mapping[str, Range]], *, slides: int | None = None,
-              slide_loop: int | None = None, first_of: int | None = None,
+def box_total(fns: tuple[AxisFn, ...], enclosing: tuple[int, ...], loops: tuple[Loop, ...], *,
+              slides: int | None = None, slide_loop: int | None = None, first_of: int | None = None,
               guard: frozenset[int] = frozenset()) -> tuple[int, int]:
     """(elements over every execution, executions) of a statement moving this box, run once per
     iteration of the ``enclosing`` loops; ``slides``: along that axis only the indices past the previous
     tile's box of ``slide_loop`` count; ``first_of``: it runs only on that loop's first tile; ``guard``:
     loops whose iterations after the first skip it (a replicated member's store)."""
-    deps: dict[int, set[int]] = {i: {j for j in axis.loops if j in enclosing} for i, axis in enumerate(axes)}
-    # components: loops joined by axes that move with more than one of them
-    comps: list[set[int]] = []
+    executions = 1
+    for j in enclosing:
+        if j not in guard and j != first_of:
+            executions *= loops[j].trips
+    deps = {i: {j for j in fn.loops if j in enclosing} for i, fn in enumerate(fns)}
+    comps: list[set[int]] = []  # loops joined by axes that move with more than one of them
     for js in deps.values():
         if not js:
             continue
@@ -127,40 +210,36 @@ def box_total(axes: tuple[AxisBox, ...], enclosing: tuple[int, ...], loops: tupl
             merged |= c
             comps.remove(c)
         comps.append(merged)
-    executions = 1
-    for j in enclosing:
-        if j in guard:
-            continue
-        executions *= 1 if j == first_of else loops[j].trips
     total = 1
     in_comp = set().union(*comps) if comps else set()
     for j in enclosing:
         if j not in in_comp and j not in guard and j != first_of:
             total *= loops[j].trips
-    static = [i for i, js in deps.items() if not js]
-    for i in static:
-        total *= _length(axis_interval(axes[i], ranges, {}))
+    for i, js in deps.items():
+        if not js:
+            total *= _length(fns[i].interval({}))
     if total == 0:
         return 0, executions
     for comp in comps:
         js = sorted(comp)
         mine = [i for i, d in deps.items() if d and d <= comp]
-        total *= _comp_sum(js, mine, axes, loops, ranges, slides, slide_loop, first_of, guard)
+        total *= _comp_sum(js, [fns[i] for i in mine], mine, loops, slides, slide_loop, first_of, guard)
         if total == 0:
             break
     return total, executions
 
 
-def _comp_sum(js: list[int], mine: list[int], axes, loops, ranges, slides, slide_loop, first_of, guard) -> int:
-    """Sum over the tiles of loops ``js`` of the product of the lengths of axes ``mine``."""
-    affine = all(is_affine(axes[i], ranges) for i in mine)
+def _comp_sum(js: list[int], fns: list[AxisFn], idx: list[int], loops, slides, slide_loop, first_of, guard) -> int:
+    """Sum over the tiles of loops ``js`` of the product of the lengths of these axes."""
+    affine = all(fn.affine for fn in fns)
     walks, reps = [], []
     for j in js:
         if j == first_of or j in guard:
             walks.append([0])
             reps.append((-1, 0))
             continue
-        ts, rep, count = tiles_to_walk(loops[j], affine, _reach([axes[i] for i in mine], ranges, j))
+        reach = max((fn.reach(j, loops[j].extent) for fn in fns), default=0)
+        ts, rep, count = tiles_to_walk(loops[j], affine, reach)
         walks.append(ts)
         reps.append((rep, count))
     total = 0
@@ -171,14 +250,14 @@ def _comp_sum(js: list[int], mine: list[int], axes, loops, ranges, slides, slide
             if t == rep:
                 weight *= count + 1
         n = 1
-        for i in mine:
-            lo, hi = axis_interval(axes[i], ranges, state)
+        for i, fn in zip(idx, fns, strict=True):
+            lo, hi = fn.interval(state)
             if i == slides and slide_loop in state:
                 # only indices past the previous tile's box are new (the previous tile: same outer tiles)
                 t = ts[js.index(slide_loop)]
                 if t > 0:
                     before = {**state, slide_loop: tile_of(loops[slide_loop], t - 1)}
-                    lo = max(lo, axis_interval(axes[i], ranges, before)[1] + 1)
+                    lo = max(lo, fn.interval(before)[1] + 1)
             n *= max(0, hi - lo + 1)
             if not n:
                 break
@@ -196,5 +275,5 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
     return min(rows, size)
 
 
-__all__ = ["ENUMERATE_UP_TO", "State", "axis_interval", "box_total", "is_affine", "max_length", "rank_interval",
-           "tile_of", "tiles_to_walk", "window_rows"]
+__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "is_affine", "max_length",
+           "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]

@@ -80,6 +80,28 @@ class Forms:
     cascade: Cascade
     _forms: dict[tuple[str, int], tuple[IndexForm, ...]] = field(default_factory=dict)
     _accesses: dict[str, tuple[Access, ...]] = field(default_factory=dict)
+    _full: dict[str, dict[str, Range]] = field(default_factory=dict)
+    _boxes: dict[tuple, list[tuple[int, int]]] = field(default_factory=dict)
+    static_fns: dict = field(default_factory=dict)  # AxisBox -> AxisFn of boxes that move with no loop
+
+    def full_ranges(self, einsum: str) -> dict[str, Range]:
+        """Every rank of the Einsum over its whole extent (do not mutate: shared)."""
+        got = self._full.get(einsum)
+        if got is None:
+            got = self._full[einsum] = {r: Range(r, self.cascade.rank_size(r)) for r in self.cascade.einsum(einsum).ranks}
+        return got
+
+    def whole_box(self, einsum: str, k: int, forms: tuple[IndexForm, ...], tensor: str) -> list[tuple[int, int]]:
+        """The box a read covers over the Einsum's whole iteration space (clipped to the tensor)."""
+        key = (einsum, k, tensor, len(forms))
+        got = self._boxes.get(key)
+        if got is None:
+            out = []
+            for f, size in zip(forms, self.cascade.shape(tensor), strict=True):
+                lo, hi = f.interval({r: (0, self.cascade.rank_size(r) - 1) for r in f.ranks})
+                out.append((max(lo, 0), min(hi, size - 1)))
+            got = self._boxes[key] = out
+        return got
 
     def accesses(self, einsum: str) -> tuple[Access, ...]:
         """The Einsum's distinct reads, in reading order (a recurrence's read of itself included)."""
@@ -193,6 +215,8 @@ class _Lowering:
         return [Loop(r, sizes[r], self.group.tiles[r]) for r in sorted(wanted, key=key.__getitem__)]
 
     def ranges(self, loops: list[Loop]) -> dict[str, _Member]:
+        if not loops:  # nothing tiled: every rank over its whole extent
+            return {n: _Member(n, self.c.einsum(n), self.forms.full_ranges(n), frozenset()) for n in self.members}
         index = {lp.rank: j for j, lp in enumerate(loops)}
         bindings = self.model.bindings
         piece_of: dict[str, list[tuple[str, tuple]]] = {}
@@ -228,6 +252,7 @@ class _Lowering:
                 ranges[r] = related[0] if related else Range(r, size)
             out[name] = _Member(name, e, ranges, frozenset(x.loop for x in ranges.values() if x.loop is not None))
         for m in out.values():
+            m.ranges = dict(m.ranges)
             self._detach_tails(m, out, loops)
         for m in out.values():
             m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
@@ -323,6 +348,10 @@ class _Lowering:
 
         for m in ms.values():
             m.replicas = frozenset()
+        if not loops:
+            for m in ms.values():
+                m.depth = 0
+            return list(self.members)
         tree = rec(list(self.members), 0)
         for m in ms.values():  # a member runs over the whole extent of every loop that does not enclose it
             m.ranges = {r: (x if x.loop is None or x.loop < m.depth else Range(r, x.size)) for r, x in m.ranges.items()}
@@ -413,7 +442,7 @@ class _Lowering:
         return out
 
     # ---- 4. the whole lowering ---------------------------------------------------------
-    def run(self) -> GroupSchedule:
+    def run(self, probe: bool = False) -> GroupSchedule | int:
         loops = self.loops()
         while True:
             ms = self.ranges(loops)
@@ -426,6 +455,8 @@ class _Lowering:
                 loops = [lp for j, lp in enumerate(loops) if j != dead.loop]
         notes = list(self.notes)
         self.skews(loops, ms)
+        if probe:
+            return _Builder(self, loops, ms, tree, self.windows(loops, ms)).occupancy()
         sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
         if self.policy.gpu:  # the leading parallel loops become the program grid
             grid = 0
@@ -473,6 +504,16 @@ class _Builder:
         self.stream_of: dict[tuple[str, int], _Stream] = {}
         self.inits: dict[tuple[str, int], _Stream] = {}
         self.notes = list(lw.notes)
+        self.fns: dict[AxisBox, extent.AxisFn] = {}
+
+    def _fn(self, axis: AxisBox) -> extent.AxisFn:
+        """The axis compiled against this group's ranges (shared by equal boxes; one that moves with no loop
+        reads whole ranges, so it is shared by every group of the cascade)."""
+        cache = self.fns if axis.loops or self.loops else self.forms.static_fns
+        got = cache.get(axis)
+        if got is None:
+            got = cache[axis] = extent.AxisFn(axis, self.ranges)
+        return got
 
     # -- names --
     def _name(self, tensor: str, kind: str) -> str:
@@ -506,6 +547,12 @@ class _Builder:
                     alloc = min(alloc, j)
                     slide[pos] = self.wins[(name, pos)]
             axes = []
+            if not self.loops:  # nothing tiled: the whole tensor
+                b = Buffer(self._name(name, kind), name, kind, tuple(BufferAxis(n) for n in self.c.shape(name)),
+                           self.c.tensors[name].element_bytes)
+                self.buffers.append(b)
+                self.by_tensor[name] = b.name
+                continue
             for pos, r in enumerate(m.einsum.out_ranks):
                 x = m.ranges[r]
                 size = self.c.rank_size(r)
@@ -513,7 +560,7 @@ class _Builder:
                 if x.loop is None or x.loop > alloc:
                     axes.append(BufferAxis(size))
                 elif x.loop < alloc:
-                    axes.append(BufferAxis(extent.max_length(box, self.loops, self.ranges), "box", box))
+                    axes.append(BufferAxis(extent.max_length(self._fn(box), self.loops), "box", box))
                 elif pos in slide and x.kind == "tile":
                     behind, tail = slide[pos]
                     rows = extent.window_rows(self.loops[x.loop].tile, x.skew, behind, tail, size)
@@ -573,7 +620,7 @@ class _Builder:
         depth = 1 + max(moves) if moves else 0
         if first_of is not None and first_of >= depth:
             first_of = None  # loaded outside that loop anyway
-        box = self._first_box(member, forms, tensor)
+        box = self._first_box(member, forms, tensor, k)
         key = (tensor, depth, init_of, first_of)
         for st in by_key.setdefault(key, []):
             if _abuts(st.first, box):
@@ -582,8 +629,10 @@ class _Builder:
                 return
         by_key[key].append(_Stream(tensor, depth, [(member, k, forms)], init_of, init_axis, first_of, box))
 
-    def _first_box(self, member: str, forms, tensor: str) -> list[tuple[int, int]]:
+    def _first_box(self, member: str, forms, tensor: str, k: int = -2) -> list[tuple[int, int]]:
         """The read's box at the first tile of every loop."""
+        if not self.loops:
+            return self.forms.whole_box(member, k, forms, tensor)
         state = {j: extent.tile_of(lp, 0) for j, lp in enumerate(self.loops)}
         rr = self.ms[member].ranges
         out = []
@@ -601,8 +650,8 @@ class _Builder:
             out.append(AxisBox(size, reads, moves))
         return tuple(out)
 
-    def _size_stream(self, st: _Stream) -> None:
-        """The stream's box, whether it slides, its buffer's axes and its elements over the group."""
+    def _size_stream(self, st: _Stream, totals: bool = True) -> None:
+        """The stream's box, whether it slides, its buffer's axes and (``totals``) its elements over the group."""
         box = self._axes(st)
         slides = None
         inner = st.depth - 1
@@ -612,28 +661,31 @@ class _Builder:
                 slides = on[0]
         axes = []
         for i, a in enumerate(box):
-            n = extent.max_length(a, self.loops, self.ranges)
+            n = extent.max_length(self._fn(a), self.loops)
             if not a.loops:
-                lo, _ = extent.axis_interval(a, self.ranges, {})
+                lo, _ = self._fn(a).interval({})
                 axes.append(BufferAxis(n, "zero", None) if lo == 0 else BufferAxis(n, "box", a))
             elif i == slides:
                 axes.append(BufferAxis(n, "window", a, inner))
             else:
                 axes.append(BufferAxis(n, "box", a))
         st.box, st.slides, st.axes = box, slides, tuple(axes)
-        st.elements, st.executions = extent.box_total(box, tuple(range(st.depth)), self.loops, self.ranges,
-                                                      slides=slides, slide_loop=inner if slides is not None else None,
-                                                      first_of=st.first_of)
         st.nbytes = self.c.tensors[st.tensor].element_bytes
         for a in axes:
             st.nbytes *= a.extent
+        if not totals:
+            return
+        st.elements, st.executions = extent.box_total(
+            tuple(self._fn(a) for a in box), tuple(range(st.depth)), self.loops, slides=slides,
+            slide_loop=inner if slides is not None else None, first_of=st.first_of)
 
     def _overlaps(self, axis: AxisBox, j: int) -> bool:
         lp = self.loops[j]
         if lp.trips < 2:
             return False
-        a = extent.axis_interval(axis, self.ranges, {j: extent.tile_of(lp, 0)})
-        b = extent.axis_interval(axis, self.ranges, {j: extent.tile_of(lp, 1)})
+        fn = self._fn(axis)
+        a = fn.interval({j: extent.tile_of(lp, 0)})
+        b = fn.interval({j: extent.tile_of(lp, 1)})
         return b[0] <= a[1]
 
     def hoist(self) -> None:
@@ -645,36 +697,52 @@ class _Builder:
         cap = self.lw.capacity
         for st in self.streams:
             self._size_stream(st)
-        if cap is None:
+        if cap is None or not self.loops:
             return
         used = sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams)
+        options: dict[int, tuple | None] = {}
         while True:
-            best = None
             for st in self.streams:
-                if st.first_of is not None:
-                    continue
-                for depth in range(st.depth):
-                    up = _Stream(st.tensor, depth, list(st.reads), st.init_of, st.init_axis, None, st.first)
-                    self._size_stream(up)
-                    host = next((h for h in self.streams if h is not st and h.depth == depth and h.tensor == st.tensor
-                                 and h.init_of == st.init_of and h.first_of is None and _abuts(h.first, up.first)),
-                                None)
-                    if host is not None:
-                        up = _Stream(st.tensor, depth, [*host.reads, *st.reads], st.init_of, st.init_axis, None,
-                                     [(min(a[0], b[0]), max(a[1], b[1]))
-                                      for a, b in zip(host.first, up.first, strict=True)])
-                        self._size_stream(up)
-                        saved = st.elements + host.elements - up.elements
-                        extra = up.nbytes - st.nbytes - host.nbytes
-                    else:
-                        saved, extra = st.elements - up.elements, up.nbytes - st.nbytes
-                    if saved > 0 and used + extra <= cap and (best is None or saved > best[0]):
-                        best = (saved, extra, st, host, up)
-            if best is None:
+                if id(st) not in options:
+                    options[id(st)] = self._hoist_option(st)
+            live = [o for st in self.streams if (o := options[id(st)]) is not None and used + o[1] <= cap]
+            if not live:
                 return
-            _, extra, st, host, up = best
+            _, extra, st, host, up = max(live, key=lambda o: o[0])
             self.streams = [up if x is st else x for x in self.streams if x is not host]
             used += extra
+            for x in self.streams:  # what it could merge with has changed
+                if x.tensor == st.tensor:
+                    options.pop(id(x), None)
+
+    def _hoist_option(self, st: _Stream) -> tuple | None:
+        """(elements saved, bytes added, stream, host it merges into, hoisted stream) of the best block to load
+        ``st`` in instead, or None when no outer block saves anything."""
+        if st.first_of is not None or st.depth == 0:
+            return None
+        moves = set().union(*(a.loops for a in st.box)) if st.box else set()
+        rereads = any(j not in moves for j in range(st.depth))
+        hosts = [h for h in self.streams if h is not st and h.depth < st.depth and h.tensor == st.tensor
+                 and h.init_of == st.init_of and h.first_of is None]
+        if not rereads and not hosts:
+            return None
+        best = None
+        for depth in range(st.depth):
+            up = _Stream(st.tensor, depth, list(st.reads), st.init_of, st.init_axis, None, st.first)
+            self._size_stream(up)
+            host = next((h for h in hosts if h.depth == depth and _abuts(h.first, up.first)), None)
+            if host is not None:
+                up = _Stream(st.tensor, depth, [*host.reads, *st.reads], st.init_of, st.init_axis, None,
+                             [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(host.first, up.first, strict=True)])
+                self._size_stream(up)
+                saved, extra = st.elements + host.elements - up.elements, up.nbytes - st.nbytes - host.nbytes
+            elif rereads:
+                saved, extra = st.elements - up.elements, up.nbytes - st.nbytes
+            else:
+                continue
+            if saved > 0 and (best is None or saved > best[0]):
+                best = (saved, extra, st, host, up)
+        return best
 
     def stream_buffers(self) -> None:
         for st in self.streams:
@@ -761,7 +829,8 @@ class _Builder:
     def _store(self, name: str, depth: int) -> Store:
         m = self.ms[name]
         box = tuple(self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks)))
-        n, execs = extent.box_total(box, tuple(range(depth)), self.loops, self.ranges, guard=m.replicas)
+        n, execs = extent.box_total(tuple(self._fn(a) for a in box), tuple(range(depth)), self.loops,
+                                    guard=m.replicas)
         return Store(name, self.by_tensor[name], box, tuple(sorted(m.replicas)), n, execs)
 
     def roles(self) -> tuple[Loop, ...]:
@@ -784,6 +853,15 @@ class _Builder:
         return tuple(out)
 
     # -- the whole group --
+    def occupancy(self) -> int:
+        """The bytes every buffer holds at once, before operands are hoisted (what decides whether the tiles
+        fit: hoisting only uses what is left)."""
+        self.internal_buffers()
+        self.collect_streams()
+        for st in self.streams:
+            self._size_stream(st, totals=False)
+        return sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams)
+
     def build(self) -> GroupSchedule:
         self.internal_buffers()
         self.collect_streams()
@@ -810,7 +888,14 @@ def lower_group(cascade: Cascade, group: FusionGroup, model, forms: Forms, store
     """The schedule of one group; ``model`` is the analysis's loop model of its members (recomputed
     producers included), ``stored`` the members whose output leaves the group, ``capacity`` the bytes on
     chip re-read operands may be kept resident in (None: none kept beyond what their boxes allow)."""
-    return _Lowering(cascade, group, model, forms, stored, policy, index, capacity).run()
+    return _Lowering(cascade, group, model, forms, stored, policy, index, capacity).run()  # type: ignore[return-value]
 
 
-__all__ = ["SEQUENTIAL", "Forms", "Policy", "ScheduleError", "lower_group"]
+def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+                    policy: Policy = SEQUENTIAL) -> int:
+    """The bytes the group's buffers hold at once at its tiles (the fit test: what :func:`lower_group`'s
+    schedule needs before hoisting operands into what is left), without building the statements."""
+    return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
+
+
+__all__ = ["SEQUENTIAL", "Forms", "Policy", "ScheduleError", "group_occupancy", "lower_group"]

@@ -1,0 +1,124 @@
+"""Pricing a group's schedule: its traffic is its statements, its compute its members' ops.
+
+The one traffic rule: a group moves, off chip and back, exactly the elements of its
+:class:`~mambalaya.schedule.Load` and :class:`~mambalaya.schedule.Store` statements over every
+execution (:mod:`mambalaya.schedule.extent` counts them), in bytes of each tensor's declared
+element size; each execution of a load or store is one transfer (what a per-transfer DMA setup
+charges). The backends count the same statements as they run them, so ``verify`` holds the
+count to this prediction. Compute is each member's op count (:mod:`.ops`) once per element it
+computes, times the programs a GPU replicates it in. Latency is the roofline of
+:mod:`.latency`.
+
+Bytes are attributed to Einsums for the per-Einsum table: a load to the first member (cascade
+order) that reads its buffer, a store to the member it stores; a recomputed producer's ops to the
+first member reading it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.ops import OpCount
+from mambalaya.schedule import Compute, GroupSchedule, Load, Store
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    """One load or store statement of a group: its tensor, direction, bytes and transfers."""
+
+    tensor: str
+    group: int
+    einsum: str  # the Einsum the bytes are attributed to
+    direction: str  # "read" | "write"
+    bytes: int
+    transfers: int  # executions of the statement
+
+    def to_json(self) -> dict:
+        return {"tensor": self.tensor, "group": self.group, "einsum": self.einsum, "direction": self.direction,
+                "bytes": self.bytes, "transfers": self.transfers}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Every transfer statement of a mapping, with totals."""
+
+    rows: tuple[TrafficRow, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.bytes for r in self.rows)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(r.bytes for r in self.rows if r.direction == "read")
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(r.bytes for r in self.rows if r.direction == "write")
+
+    def by_tensor(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.tensor] = out.get(r.tensor, 0) + r.bytes
+        return out
+
+    def by_direction(self) -> dict[str, dict[str, int]]:
+        """tensor -> {"read": bytes, "write": bytes} (what the backends count)."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            out.setdefault(r.tensor, {"read": 0, "write": 0})[r.direction] += r.bytes
+        return out
+
+    def by_group(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for r in self.rows:
+            out[r.group] = out.get(r.group, 0) + r.bytes
+        return out
+
+    def by_einsum(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.einsum] = out.get(r.einsum, 0) + r.bytes
+        return out
+
+
+def traffic_rows(ctx: CostContext, sched: GroupSchedule) -> list[TrafficRow]:
+    """The group's load and store statements as rows (module docstring)."""
+    cascade = ctx.cascade
+    reader: dict[str, str] = {}
+    for s, _ in sched.statements():
+        if isinstance(s, Compute):
+            for b in (*s.reads, *(b for _, b in s.inits)):
+                reader.setdefault(b, s.einsum)
+    own = [e for e in sched.members if e in sched.einsums]
+    rows = []
+    for s, _ in sched.statements():
+        if isinstance(s, Load):
+            who = reader.get(s.buffer, own[0])
+            if who not in sched.einsums:  # read for a recomputed producer
+                who = next((m for m in own if who in cascade.einsum(m).reads), own[0])
+            rows.append(TrafficRow(s.tensor, sched.index, who, "read",
+                                   s.elements * cascade.tensors[s.tensor].element_bytes, s.executions))
+        elif isinstance(s, Store):
+            rows.append(TrafficRow(s.tensor, sched.index, s.tensor, "write",
+                                   s.elements * cascade.tensors[s.tensor].element_bytes, s.executions))
+    return rows
+
+
+def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
+    """Ops charged to each of the group's own Einsums: its own, times the programs it runs in, and those of
+    the recomputed producers it is the first to read."""
+    cascade = ctx.cascade
+    replicas = {s.einsum: s.replicas for s, _ in sched.statements() if isinstance(s, Compute)}
+    own = [e for e in sched.members if e in sched.einsums]
+    out: dict[str, list[OpCount]] = {e: [] for e in own}
+    for m in sched.members:
+        k = replicas.get(m, 1)
+        ops = [OpCount(o.kind, o.count * k, o.matrix, o.reduce_len) for o in ctx.ops(m)]
+        who = m if m in out else next((x for x in own if m in cascade.einsum(x).reads), own[0])
+        out[who] += ops
+    return out
+
+
+__all__ = ["Traffic", "TrafficRow", "member_ops", "traffic_rows"]
