@@ -89,7 +89,7 @@ def traffic_rows(ctx: CostContext, sched: GroupSchedule) -> list[TrafficRow]:
     reader: dict[str, str] = {}
     for s, _ in sched.statements():
         if isinstance(s, Compute):
-            for b in (*s.reads, *(b for _, b in s.inits)):
+            for _, b in (*s.reads, *s.inits):
                 reader.setdefault(b, s.einsum)
     own = [e for e in sched.members if e in sched.einsums]
     rows = []
@@ -110,7 +110,7 @@ def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount
     """Ops charged to each of the group's own Einsums: its own, times the programs it runs in, and those of
     the recomputed producers it is the first to read."""
     cascade = ctx.cascade
-    replicas = {s.einsum: s.replicas for s, _ in sched.statements() if isinstance(s, Compute)}
+    replicas = {**dict(sched.inline), **{s.einsum: s.replicas for s, _ in sched.statements() if isinstance(s, Compute)}}
     own = [e for e in sched.members if e in sched.einsums]
     out: dict[str, list[OpCount]] = {e: [] for e in own}
     for m in sched.members:

@@ -25,6 +25,7 @@ from mambalaya.exec.reference import _Evaluator, prepare_inputs
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.indexing import eval_index
 from mambalaya.schedule import Buffer, Compute, Forms, GroupSchedule, Load, LoopBlock, Schedule, Shift, Store, extent
+from mambalaya.schedule.compute import effective_reads
 
 
 class _Group:
@@ -38,6 +39,7 @@ class _Group:
         self.buf = {b.name: np.full(b.shape, np.nan, dtype=dtype) for b in g.buffers}
         self.spec = {b.name: b for b in g.buffers}
         self.window_base: dict[tuple[str, int], int] = {}
+        self.inline = frozenset(m for m, _ in g.inline)
 
     # -- where a buffer starts --
     def base(self, b: Buffer, state: extent.State) -> list[int]:
@@ -47,6 +49,8 @@ class _Group:
                 out.append(0)
             elif ax.base == "box":
                 out.append(extent.axis_interval(ax.box, self.ranges, state)[0])
+            elif ax.base == "state":  # the last step its member computed
+                out.append(extent.axis_interval(ax.box, self.ranges, state)[1])
             else:
                 hi = extent.axis_interval(ax.box, self.ranges, state)[1]
                 out.append(max(0, hi + 1 - ax.extent))
@@ -139,57 +143,98 @@ class _Group:
                 self.buf[s.buffer] = moved
         self.window_base[key] = new
 
-    def compute(self, s: Compute, state) -> None:
+    def _limits(self, name: str, state) -> dict[str, tuple[int, int]]:
+        out = {}
+        for r, x in self.ranges[name].items():
+            if x.loop is not None and x.loop in state:
+                out[r] = x.bounds(*state[x.loop])
+        return out
+
+    def _env(self, s: Compute, state, extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """What the member can read: each tensor as a whole array holding what its buffers hold (NaN elsewhere),
+        inlined producers evaluated from those."""
         c = self.c
-        e = c.einsum(s.einsum)
-        rr = self.ranges[s.einsum]
-        env: dict[str, np.ndarray] = {}
-        accs = self.forms.accesses(s.einsum)
-        for k, acc in enumerate(accs):
-            if acc.tensor == s.einsum:
+        env: dict[str, np.ndarray] = dict(extra or {})
+        paths = dict(s.reads)
+        needed: set[str] = set()
+        for er in effective_reads(c, s.einsum, self.inline):
+            needed.update(er.via)
+            if er.tensor == s.einsum or er.tensor in (extra or {}):
                 continue
-            self._fill(env, acc.tensor, s.reads[k], state)
+            self._fill(env, er.tensor, paths[er.path], state)
         for _, bname in s.inits:
             self._fill(env, self.spec[bname].tensor, bname, state)
         for t in list(env):  # a recurrence's tensor is read with its initial state in front: unknown unless loaded
             prod = c.einsum(t) if c.producer(t) else None
             if prod is not None and prod.recurrence is not None and prod.recurrence.init is not None:
-                init = prod.recurrence.init
-                env.setdefault(init, np.full(c.shape(init), np.nan, dtype=self.dtype))
-        limits = {}
-        for r, x in rr.items():
-            if x.loop is not None and x.loop in state:
-                lo, hi = x.bounds(*state[x.loop])
-                limits[r] = (lo, hi)
+                env.setdefault(prod.recurrence.init, np.full(c.shape(prod.recurrence.init), np.nan, dtype=self.dtype))
+        ev = _Evaluator(c, env, self.dtype)
+        with np.errstate(all="ignore"):
+            for p in sorted(needed, key=c.einsum_names.index):  # producers before their readers
+                env[p] = ev.einsum(c.einsum(p))
+        return env
+
+    def compute(self, s: Compute, state) -> None:
+        c = self.c
+        e = c.einsum(s.einsum)
+        limits = self._limits(s.einsum, state)
         if any(lo >= hi for lo, hi in limits.values()):
             return
+        env = self._env(s, state)
         before = None
         rec = e.recurrence
         if rec is not None and rec.rank in limits and limits[rec.rank][0] > 0:
-            own = self._view(s.buffer, e.name, state)
-            idx = []
-            for p, r in enumerate(e.out_ranks):
-                if p == rec.position:
-                    idx.append(slice(limits[r][0] - 1, limits[r][0]))
-                else:
-                    idx.append(slice(*limits[r]) if r in limits else slice(None))
-            before = own[tuple(idx)]
+            b = self.spec[s.buffer]
+            if b.axes[rec.position].base == "state":  # its only row is the step before
+                before = self.buf[s.buffer][tuple(slice(0, 1) if p == rec.position else self._span(b, p, r, limits, state)
+                                                  for p, r in enumerate(e.out_ranks))]
+            else:
+                own = self._view(s.buffer, e.name, state)
+                before = own[tuple(slice(limits[r][0] - 1, limits[r][0]) if p == rec.position else
+                                   slice(*limits.get(r, (0, c.rank_size(r)))) for p, r in enumerate(e.out_ranks))]
         if self.trace is not None:
-            self._trace(s, accs, limits, state)
+            self._trace(s, limits)
         ev = _Evaluator(c, env, self.dtype)
         with np.errstate(all="ignore"):
             val = ev.einsum(e, limits, before)
+        self._write(s, e, limits, val, state)
+        if s.scan:  # its readers, step by step with it: they see this execution's steps and the one before
+            full = np.full(c.shape(e.name), np.nan, dtype=self.dtype)
+            rows = tuple(slice(*limits.get(r, (0, c.rank_size(r)))) for r in e.out_ranks)
+            full[rows] = val
+            if before is not None:
+                lo = limits[rec.rank][0]
+                full[tuple(slice(lo - 1, lo) if p == rec.position else rows[p] for p in range(len(rows)))] = before
+            for x in s.scan:
+                xl = self._limits(x.einsum, state)
+                if self.trace is not None:
+                    self._trace(x, xl)
+                xv = _Evaluator(c, self._env(x, state, {e.name: full}), self.dtype)
+                with np.errstate(all="ignore"):
+                    self._write(x, c.einsum(x.einsum), xl, xv.einsum(c.einsum(x.einsum), xl), state)
+
+    def _span(self, b: Buffer, pos: int, rank: str, limits, state) -> slice:
+        lo, hi = limits.get(rank, (0, self.c.rank_size(rank)))
+        z = self.base(b, state)[pos]
+        return slice(max(lo, z) - z, min(hi, z + b.shape[pos]) - z)
+
+    def _write(self, s: Compute, e, limits, val: np.ndarray, state) -> None:
+        """The computed region into the member's buffer, where the buffer holds it (a state keeps the last step)."""
         b = self.spec[s.buffer]
         base = self.base(b, state)
-        dst = []
-        for r, z in zip(e.out_ranks, base, strict=True):
-            lo, hi = limits.get(r, (0, c.rank_size(r)))
-            dst.append(slice(lo - z, hi - z))
+        src, dst = [], []
+        for r, z, ext in zip(e.out_ranks, base, b.shape, strict=True):
+            lo, hi = limits.get(r, (0, self.c.rank_size(r)))
+            a, w = max(lo, z), min(hi, z + ext)
+            if a >= w:
+                return
+            src.append(slice(a - lo, w - lo))
+            dst.append(slice(a - z, w - z))
         tgt = self.buf[s.buffer]
         if s.accumulate is not None and not state[s.accumulate][2]:
-            tgt[tuple(dst)] += val
+            tgt[tuple(dst)] += val[tuple(src)]
         else:
-            tgt[tuple(dst)] = val
+            tgt[tuple(dst)] = val[tuple(src)]
 
     def _view(self, bname: str, tensor: str, state) -> np.ndarray:
         """A whole-tensor array holding what buffer ``bname`` holds now (NaN elsewhere)."""
@@ -206,29 +251,30 @@ class _Group:
         else:
             env[tensor] = view
 
-    def _trace(self, s: Compute, accs, limits, state) -> None:
+    def _trace(self, s: Compute, limits) -> None:
+        """The elements the compute reads of every tensor (its effective reads) and those it writes."""
         c = self.c
         e = c.einsum(s.einsum)
         ranks = e.ranks
+        span = {r: limits.get(r, (0, c.rank_size(r))) for r in ranks}
         grids = {}
         for i, r in enumerate(ranks):
-            lo, hi = limits.get(r, (0, c.rank_size(r)))
             shape = [1] * len(ranks)
-            shape[i] = hi - lo
-            grids[r] = np.arange(lo, hi).reshape(shape)
-        full = tuple(limits.get(r, (0, c.rank_size(r)))[1] - limits.get(r, (0, c.rank_size(r)))[0] for r in ranks)
-        for acc in accs:
-            shape = c.shape(acc.tensor)
+            shape[i] = span[r][1] - span[r][0]
+            grids[r] = np.arange(*span[r]).reshape(shape)
+        full = tuple(hi - lo for lo, hi in span.values())
+        for er in effective_reads(c, s.einsum, self.inline):
+            shape = c.shape(er.tensor)
             idx, ok = [], np.ones(full, dtype=bool)
-            for pos, ix in enumerate(acc.indices):
+            for pos, ix in enumerate(er.indices):
                 num, den = eval_index(ix, grids, c.values)
                 num = np.broadcast_to(num // den, full)
                 ok &= (num >= 0) & (num < shape[pos])
                 idx.append(np.clip(num, 0, shape[pos] - 1))
             flat = np.unique(np.ravel_multi_index(tuple(i[ok] for i in idx), shape)) if idx else np.zeros(1, int)
-            self.trace.append((acc.tensor, flat, "r"))
+            self.trace.append((er.tensor, flat, "r"))
         out_shape = c.shape(e.name)
-        og = [np.arange(*limits.get(r, (0, c.rank_size(r)))) for r in e.out_ranks]
+        og = [np.arange(*span[r]) for r in e.out_ranks]
         mesh = np.meshgrid(*og, indexing="ij") if og else []
         flat = np.ravel_multi_index(tuple(m.ravel() for m in mesh), out_shape) if og else np.zeros(1, int)
         self.trace.append((e.name, flat, "w"))

@@ -100,7 +100,9 @@ class AxisBox:
 class BufferAxis:
     """One axis of a buffer: ``extent`` elements, starting at global index ``base``: 0, the lower end of
     ``box`` (``"box"``), or, for a sliding window along loop ``loop``, the ``extent`` rows ending at the
-    upper end of ``box`` (``"window"``: the most recent rows stay, moved to the front at each new tile)."""
+    upper end of ``box`` (``"window"``: the most recent rows stay, moved to the front at each new tile), or
+    one row, the last its member computed (``"state"``: a scanned recurrence's state, the upper end of
+    ``box`` once its statement has run; read at the start of the next, written at its end)."""
 
     extent: int
     base: str = "zero"
@@ -185,9 +187,12 @@ class Compute:
     einsum: str
     buffer: str
     ranges: tuple[Range, ...]
-    reads: tuple[str, ...] = ()  # per distinct access of the Einsum (reading order): the buffer it reads
-    inits: tuple[tuple[int, str], ...] = ()  # (access, buffer of the initial state it reads at index -1)
-    scan: tuple[str, ...] = ()
+    #: (path, buffer) per effective read: the access (``path[0]``, among the Einsum's distinct reads in reading
+    #: order) and, through inlined producers, their accesses (``path[1:]``); the buffer holding what it reads
+    reads: tuple[tuple[tuple[int, ...], str], ...] = ()
+    #: (path, buffer of the initial state read there at index -1); path ``(-1,)``: the recurrence's own
+    inits: tuple[tuple[tuple[int, ...], str], ...] = ()
+    scan: tuple[Compute, ...] = ()  # readers of this recurrence computed with it, step by step
     accumulate: int | None = None  # the reduction loop it accumulates over
     replicas: int = 1
     executions: int = 0
@@ -238,7 +243,7 @@ class GroupSchedule:
     body: tuple[Statement, ...]
     reads: tuple[str, ...]  # off-chip tensors it loads
     writes: tuple[str, ...]  # off-chip tensors it stores
-    inline: tuple[str, ...] = ()  # point-wise members recomputed at each read (no buffer, no statement)
+    inline: tuple[tuple[str, int], ...] = ()  # point-wise members recomputed at each read, with evaluations per element
     ranges: dict[str, tuple[Range, ...]] = field(default_factory=dict)  # per member (inlined too)
     notes: tuple[str, ...] = ()
 
@@ -258,13 +263,17 @@ class GroupSchedule:
         raise KeyError(name)
 
     def statements(self):
-        """Every statement, depth first, with the loops enclosing it (outer first)."""
+        """Every statement, depth first, with the loops enclosing it (outer first); a scan's fused readers
+        right after it."""
 
         def walk(body, loops):
             for s in body:
                 yield s, loops
                 if isinstance(s, LoopBlock):
                     yield from walk(s.body, (*loops, s.loop))
+                elif isinstance(s, Compute):
+                    for x in s.scan:
+                        yield x, loops
 
         yield from walk(self.body, ())
 

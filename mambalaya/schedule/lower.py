@@ -41,6 +41,7 @@ from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, Reduce, accesses, walk
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import extent
+from mambalaya.schedule.compute import EffectiveRead, choose_inline, effective_reads, pointwise, scan_consumers
 from mambalaya.schedule.intervals import IndexForm, Term, compile_index, length
 from mambalaya.schedule.ir import (
     AxisBox,
@@ -83,6 +84,7 @@ class Forms:
     _full: dict[str, dict[str, Range]] = field(default_factory=dict)
     _boxes: dict[tuple, list[tuple[int, int]]] = field(default_factory=dict)
     static_fns: dict = field(default_factory=dict)  # AxisBox -> AxisFn of boxes that move with no loop
+    _effective: dict[tuple, tuple] = field(default_factory=dict)
 
     def full_ranges(self, einsum: str) -> dict[str, Range]:
         """Every rank of the Einsum over its whole extent (do not mutate: shared)."""
@@ -108,6 +110,17 @@ class Forms:
         got = self._accesses.get(einsum)
         if got is None:
             got = self._accesses[einsum] = tuple(dict.fromkeys(accesses(self.cascade.einsum(einsum).expr)))
+        return got
+
+    def effective(self, einsum: str, inline: frozenset[str]) -> tuple[tuple[EffectiveRead, tuple[IndexForm, ...]], ...]:
+        """The Einsum's reads with its inlined producers expanded (:func:`~.compute.effective_reads`), compiled."""
+        key = (einsum, inline)
+        got = self._effective.get(key)
+        if got is None:
+            ranks = set(self.cascade.einsum(einsum).ranks)
+            got = self._effective[key] = tuple(
+                (er, tuple(compile_index(ix, self.cascade.values, ranks) for ix in er.indices))
+                for er in effective_reads(self.cascade, einsum, inline))
         return got
 
     def of(self, einsum: str, k: int) -> tuple[IndexForm, ...]:
@@ -194,11 +207,23 @@ class _Lowering:
         self.produced = frozenset(self.members)
         self.stored = stored
         self.notes: list[str] = []
-        self.readers: dict[str, list[str]] = {n: [] for n in self.members}
-        for n in self.members:
-            for t in cascade.einsum(n).reads:
-                if t in self.produced and t != n and n not in self.readers[t]:
+        cands = [m for m in self.members if m not in stored and pointwise(cascade.einsum(m))]
+        self.inline = choose_inline(cascade, self.members, cands) if cands else {}
+        inline = frozenset(self.inline)
+        self.inline_set = inline
+        self.live = [m for m in self.members if m not in inline]
+        self.live_set = frozenset(self.live)
+        #: per live member: (index, effective read, its forms)
+        self.reads = {n: tuple((i, er, f) for i, (er, f) in enumerate(forms.effective(n, inline))) for n in self.live}
+        self.readers: dict[str, list[str]] = {n: [] for n in self.live}
+        for n in self.live:
+            for _, er, _ in self.reads[n]:
+                t = er.tensor
+                if t in self.live_set and t != n and n not in self.readers[t]:
                     self.readers[t].append(n)
+        self.deps = {n: {er.tensor for _, er, _ in self.reads[n] if er.tensor in self.live_set and er.tensor != n}
+                     for n in self.live}
+        self.scans: dict[str, list[str]] = {}  # a fused recurrence -> the readers it computes step by step
 
     # ---- 1. loops and ranges ---------------------------------------------------------
     def loops(self) -> list[Loop]:
@@ -216,7 +241,7 @@ class _Lowering:
 
     def ranges(self, loops: list[Loop]) -> dict[str, _Member]:
         if not loops:  # nothing tiled: every rank over its whole extent
-            return {n: _Member(n, self.c.einsum(n), self.forms.full_ranges(n), frozenset()) for n in self.members}
+            return {n: _Member(n, self.c.einsum(n), self.forms.full_ranges(n), frozenset()) for n in self.live}
         index = {lp.rank: j for j, lp in enumerate(loops)}
         bindings = self.model.bindings
         piece_of: dict[str, list[tuple[str, tuple]]] = {}
@@ -226,7 +251,7 @@ class _Lowering:
                 if b.loop is not None and (b.loop, sig) not in got:
                     got.append((b.loop, sig))
         out: dict[str, _Member] = {}
-        for name in self.members:
+        for name in self.live:
             e = self.c.einsum(name)
             ranges: dict[str, Range] = {}
             for r in e.ranks:
@@ -267,10 +292,10 @@ class _Lowering:
             if x.kind != "tile" or x.size >= loops[x.loop].extent:
                 continue
             far = []
-            for k, acc in enumerate(self.forms.accesses(m.name)):
-                if acc.tensor not in self.produced or acc.tensor == m.name:
+            for _, er, forms in self.reads[m.name]:
+                if er.tensor not in self.live_set or er.tensor == m.name:
                     continue
-                for f in self.forms.of(m.name, k):
+                for f in forms:
                     if r in f.ranks:
                         off = f.offset_of(r)
                         far.append(off is not None and off >= x.size)
@@ -332,7 +357,7 @@ class _Lowering:
             for n in names:
                 if n in tainted:
                     continue
-                if any(t in tainted for t in ms[n].einsum.reads if t in self.produced and t != n):
+                if self.deps[n] & tainted:
                     after.append(n)
                     tainted.add(n)
                 else:
@@ -351,8 +376,8 @@ class _Lowering:
         if not loops:
             for m in ms.values():
                 m.depth = 0
-            return list(self.members)
-        tree = rec(list(self.members), 0)
+            return list(self.live)
+        tree = rec(list(self.live), 0)
         for m in ms.values():  # a member runs over the whole extent of every loop that does not enclose it
             m.ranges = {r: (x if x.loop is None or x.loop < m.depth else Range(r, x.size)) for r, x in m.ranges.items()}
             m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
@@ -366,13 +391,13 @@ class _Lowering:
         producer's tile ranges run ahead by its readers' largest forward offset."""
         offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         tails: dict[tuple[str, int], int] = {}  # (producer, axis) -> least index read there after its loop
-        for cname in self.members:
+        for cname in self.live:
             cm = ms[cname]
-            for k, acc in enumerate(self.forms.accesses(cname)):
-                if acc.tensor not in self.produced:
+            for _, acc, forms in self.reads[cname]:
+                if acc.tensor not in self.live_set:
                     continue
                 pm = ms[acc.tensor]
-                for pos, f in enumerate(self.forms.of(cname, k)):
+                for pos, f in enumerate(forms):
                     pr = pm.ranges[pm.einsum.out_ranks[pos]]
                     if pr.loop is None:
                         continue
@@ -408,7 +433,7 @@ class _Lowering:
                     old = offsets.get((cname, acc.tensor, j))
                     offsets[(cname, acc.tensor, j)] = (a, b) if old is None else (min(a, old[0]), max(b, old[1]))
         skew: dict[tuple[str, int], int] = {}
-        for pname in reversed(self.members):
+        for pname in reversed(self.live):
             for j in range(len(loops)):
                 s = max((skew.get((cn, j), 0) + b for (cn, t, jj), (_, b) in offsets.items()
                          if t == pname and jj == j and cn != pname), default=0)
@@ -424,7 +449,7 @@ class _Lowering:
         """Per (producer, axis) whose buffer persists along its tile loop: (least skew + offset its readers read
         at behind the new rows, least index read after the loop)."""
         out = {}
-        for pname in self.members:
+        for pname in self.live:
             pm = ms[pname]
             for pos, r in enumerate(pm.einsum.out_ranks):
                 pr = pm.ranges[r]
@@ -454,6 +479,7 @@ class _Lowering:
                                   f"loops iterates it")
                 loops = [lp for j, lp in enumerate(loops) if j != dead.loop]
         notes = list(self.notes)
+        self.fuse_scans(tree)
         self.skews(loops, ms)
         if probe:
             return _Builder(self, loops, ms, tree, self.windows(loops, ms)).occupancy()
@@ -466,9 +492,39 @@ class _Lowering:
                 ms = self.ranges(loops)
                 tree = self.place(loops, ms, grid)
                 self.notes = notes
+                self.fuse_scans(tree)
                 self.skews(loops, ms)
                 sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
         return sched
+
+    def fuse_scans(self, tree: list) -> None:
+        """Recurrences whose group readers it can compute step by step (:func:`~.compute.scan_consumers`),
+        each reader placed right with it (its other inputs computed before the recurrence): their tensor is
+        then held one step at a time. A recurrence whose output leaves the group is not fused."""
+        self.scans = {}
+        order: dict[str, tuple[int, int]] = {}
+
+        def walk(items, depth):
+            for x in items:
+                if isinstance(x, str):
+                    order[x] = (depth, len(order))
+                else:
+                    walk(x[2], depth + 1)
+
+        walk(tree, 0)
+        for r in self.live:
+            e = self.c.einsum(r)
+            if e.recurrence is None or r in self.stored:
+                continue
+            consumers = scan_consumers(self.c, r, self.readers[r], self.inline_set)
+            if not consumers:
+                continue
+            ok = all(order[x][0] == order[r][0] and all(order[d][1] < order[r][1] for d in self.deps[x] - {r})
+                     for x in consumers)
+            finals = [x for x in self.readers[r] if x not in consumers]
+            if ok and all(order[x][1] > order[r][1] for x in finals):
+                self.scans[r] = consumers
+                self.notes.append(f"{r} is scanned step by step with {', '.join(consumers)} (its state on chip)")
 
     @staticmethod
     def _after_at(tree: list, depth: int) -> bool:
@@ -505,6 +561,7 @@ class _Builder:
         self.inits: dict[tuple[str, int], _Stream] = {}
         self.notes = list(lw.notes)
         self.fns: dict[AxisBox, extent.AxisFn] = {}
+        self.absorbed = {c: r for r, cs in lw.scans.items() for c in cs}  # scan consumer -> its recurrence
 
     def _fn(self, axis: AxisBox) -> extent.AxisFn:
         """The axis compiled against this group's ranges (shared by equal boxes; one that moves with no loop
@@ -528,7 +585,7 @@ class _Builder:
 
     # -- internal buffers --
     def internal_buffers(self) -> None:
-        for name in self.lw.members:
+        for name in self.lw.live:
             m = self.ms[name]
             readers = self.lw.readers[name]
             if not readers:
@@ -547,7 +604,9 @@ class _Builder:
                     alloc = min(alloc, j)
                     slide[pos] = self.wins[(name, pos)]
             axes = []
-            if not self.loops:  # nothing tiled: the whole tensor
+            rec = m.einsum.recurrence
+            state = rec.position if rec is not None and name in self.lw.scans else None
+            if not self.loops and state is None:  # nothing tiled: the whole tensor
                 b = Buffer(self._name(name, kind), name, kind, tuple(BufferAxis(n) for n in self.c.shape(name)),
                            self.c.tensors[name].element_bytes)
                 self.buffers.append(b)
@@ -557,6 +616,9 @@ class _Builder:
                 x = m.ranges[r]
                 size = self.c.rank_size(r)
                 box = self._out_axis(m, pos)
+                if pos == state:  # a scanned recurrence: one step, the latest computed
+                    axes.append(BufferAxis(1, "state", box, x.loop))
+                    continue
                 if x.loop is None or x.loop > alloc:
                     axes.append(BufferAxis(size))
                 elif x.loop < alloc:
@@ -571,8 +633,8 @@ class _Builder:
                         self.notes.append(f"{name} keeps a window of {rows} along {r} (loop {self.loops[x.loop].rank})")
                 else:
                     axes.append(BufferAxis(size))
-            b = Buffer(self._name(name, kind), name, kind if not any(a.base == "window" for a in axes) else "window",
-                       tuple(axes), self.c.tensors[name].element_bytes)
+            kind = "state" if state is not None else kind if not any(a.base == "window" for a in axes) else "window"
+            b = Buffer(self._name(name, kind), name, kind, tuple(axes), self.c.tensors[name].element_bytes)
             self.buffers.append(b)
             self.by_tensor[name] = b.name
 
@@ -582,11 +644,10 @@ class _Builder:
         overlap or abut at the first tile (conv taps, ``X[l]`` and ``X[l-1]``, adjacent rows of a packed
         weight) share one box; disjoint parts of a tensor get streams of their own."""
         by_key: dict[tuple, list[_Stream]] = {}
-        for name in self.lw.members:
+        for name in self.lw.live:
             m = self.ms[name]
-            for k, acc in enumerate(self.forms.accesses(name)):
-                forms = self.forms.of(name, k)
-                if acc.tensor not in self.lw.produced:
+            for k, acc, forms in self.lw.reads[name]:
+                if acc.tensor not in self.lw.live_set:
                     self._add_read(by_key, acc.tensor, name, k, forms)
                 self._init_read(by_key, name, k, acc, forms)
             rec = m.einsum.recurrence
@@ -596,12 +657,12 @@ class _Builder:
         for streams in by_key.values():
             self.streams += streams
 
-    def _init_read(self, by_key, name: str, k: int, acc: Access, forms: tuple[IndexForm, ...]) -> None:
+    def _init_read(self, by_key, name: str, k: int, acc: EffectiveRead, forms: tuple[IndexForm, ...]) -> None:
         """A read of a recurrence's tensor that can reach index -1 of its iterative position reads its initial
         state there (on the first tile of the loop that position moves with)."""
         prod = self.c.einsum(acc.tensor) if self.c.producer(acc.tensor) else None
         rec = prod.recurrence if prod is not None else None
-        if rec is None or rec.init is None or acc.tensor == name:
+        if rec is None or rec.init is None or acc.tensor == name or acc.via:
             return
         m = self.ms[name]
         f = forms[rec.position]
@@ -765,7 +826,7 @@ class _Builder:
 
         def members_in(item) -> set[str]:
             if isinstance(item, str):
-                return {item}
+                return {item, *self.lw.scans.get(item, ())}
             out = set()
             for x in item[2]:
                 out |= members_in(x)
@@ -786,13 +847,17 @@ class _Builder:
                     done.add(id(s))
                     out.append(self._load(s))
                 if isinstance(item, str):
-                    out.append(self._compute(item))
-                    if item in self.lw.stored and self.ms[item].accumulate is None:
-                        out.append(self._store(item, depth))
+                    if item in self.absorbed:
+                        continue
+                    fused = self.lw.scans.get(item, ())
+                    out.append(self._compute(item, tuple(self._compute(c) for c in fused)))
+                    for x in (item, *fused):
+                        if x in self.lw.stored and self.ms[x].accumulate is None:
+                            out.append(self._store(x, depth))
                 else:
                     _, j, sub = item
                     out.append(LoopBlock(j, emit(sub, depth + 1)))
-                    for n in sorted(inside, key=self.lw.members.index):
+                    for n in sorted(inside, key=self.lw.live.index):
                         if n in self.lw.stored and self.ms[n].accumulate == j:
                             out.append(self._store(n, depth))
             return tuple(out)
@@ -803,19 +868,19 @@ class _Builder:
         return Load(st.tensor, st.buffer, st.box, st.slides, st.depth - 1 if st.slides is not None else None,
                     st.init_of, st.init_axis, st.first_of, st.elements, st.executions)
 
-    def _compute(self, name: str) -> Compute:
+    def _compute(self, name: str, scan: tuple[Compute, ...] = ()) -> Compute:
         m = self.ms[name]
         reads, inits = [], []
-        for k, acc in enumerate(self.forms.accesses(name)):
-            if acc.tensor in self.lw.produced:
-                reads.append(self.by_tensor[acc.tensor])
+        for k, acc, _ in self.lw.reads[name]:
+            if acc.tensor in self.lw.live_set:
+                reads.append((acc.path, self.by_tensor[acc.tensor]))
             else:
-                reads.append(self.stream_of[(name, k)].buffer)
+                reads.append((acc.path, self.stream_of[(name, k)].buffer))
             if (name, k) in self.inits:
-                inits.append((k, self.inits[(name, k)].buffer))
+                inits.append((acc.path, self.inits[(name, k)].buffer))
         rec = m.einsum.recurrence
         if rec is not None and rec.init is not None:
-            inits.append((-1, self.inits[(name, -1)].buffer))
+            inits.append(((-1,), self.inits[(name, -1)].buffer))
         execs = 1
         for j in range(m.depth):
             execs *= self.loops[j].trips
@@ -823,7 +888,7 @@ class _Builder:
         for j in m.replicas:
             replicas *= self.loops[j].trips
         ranges = tuple(m.ranges[r] for r in m.einsum.ranks)
-        return Compute(name, self.by_tensor[name], ranges, tuple(reads), tuple(inits), (), m.accumulate, replicas,
+        return Compute(name, self.by_tensor[name], ranges, tuple(reads), tuple(inits), scan, m.accumulate, replicas,
                        execs)
 
     def _store(self, name: str, depth: int) -> Store:
@@ -878,7 +943,7 @@ class _Builder:
         reads = tuple(dict.fromkeys(s.tensor for s in self.streams))
         writes = tuple(n for n in lw.members if n in lw.stored)
         return GroupSchedule(lw.index, tuple(sorted(lw.group.einsums, key=lw.members.index)), tuple(lw.members),
-                             loops, tuple(placed), body, reads, writes, (),
+                             loops, tuple(placed), body, reads, writes, tuple(lw.inline.items()),
                              {n: tuple(m.ranges[r] for r in m.einsum.ranks) for n, m in self.ms.items()},
                              tuple(self.notes))
 

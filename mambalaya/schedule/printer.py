@@ -58,6 +58,8 @@ def format_buffer(b: Buffer) -> str:
     for i, a in enumerate(b.axes):
         if a.base == "window":
             notes.append(f"axis {i} slides")
+        elif a.base == "state":
+            notes.append(f"axis {i}: the latest step")
     extra = f" ({', '.join(notes)})" if notes else ""
     return f"{b.name}: {b.kind} of {b.tensor} [{shape}] {_bytes(b.nbytes)} at {b.offset}{extra}"
 
@@ -88,6 +90,8 @@ def _statement(s: Statement, g: GroupSchedule, depth: int, lines: list[str]) -> 
             extra.append(f"in {s.replicas} programs")
         tail = f"  ({'; '.join(extra)})" if extra else ""
         lines.append(f"{pad}compute {s.einsum} over {ranges} -> {s.buffer}{tail}")
+        for x in s.scan:
+            lines.append(f"{pad}  and per step {x.einsum} -> {x.buffer}")
     elif isinstance(s, Shift):
         lines.append(f"{pad}shift {s.buffer} along axis {s.axis} (keep the rows still read)")
 
@@ -102,6 +106,8 @@ def format_group(g: GroupSchedule) -> str:
         lines += [f"    {format_buffer(b)}" for b in g.buffers]
     for s in g.body:
         _statement(s, g, 0, lines)
+    if g.inline:
+        lines.append("  inlined (recomputed at each read): " + ", ".join(f"{m} ({n}x)" for m, n in g.inline))
     for note in g.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
