@@ -9,6 +9,7 @@ division and remainder appear when a split rank is read back: ``l//Q``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy
 
@@ -37,10 +38,16 @@ class Access:
     indices: tuple[sympy.Expr, ...]
 
     def ranks(self) -> frozenset[str]:
-        return frozenset(str(s) for ix in self.indices for s in ix.free_symbols if s.is_integer)
+        return _access_ranks(self.indices)
 
     def __str__(self) -> str:
         return f"{self.tensor}[{','.join(_index_str(ix) for ix in self.indices)}]"
+
+
+@lru_cache(maxsize=1 << 16)
+def _access_ranks(indices: tuple[sympy.Expr, ...]) -> frozenset[str]:
+    """Rank variables of index expressions (cached: printing sympy symbols is slow, and a mapper asks often)."""
+    return frozenset(str(s) for ix in indices for s in ix.free_symbols if s.is_integer)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,22 @@ def contraction(c: Cascade, e: Einsum, term: Node, summed: frozenset[str], vecto
     """The best split of a summed product term into two GEMM operands, or None when it is not worth one."""
     if e.where or e.recurrence is not None or not summed:
         return None
+    key = (id(c), e.name, id(term), vector)
+    got = _CONTRACTIONS.get(key)
+    if got is not None and got[0] is c and got[1] is term:
+        return got[2]
+    best = _contraction(c, e, term, summed, vector)
+    if len(_CONTRACTIONS) > 4096:
+        _CONTRACTIONS.clear()
+    _CONTRACTIONS[key] = (c, term, best)
+    return best
+
+
+#: contraction plans by (cascade, Einsum, term, vector), the objects kept to tell a reused id apart
+_CONTRACTIONS: dict[tuple, tuple] = {}
+
+
+def _contraction(c: Cascade, e: Einsum, term: Node, summed: frozenset[str], vector: bool) -> Contraction | None:
     factors = multiplicative_factors(term)
     if not factors or len(factors) > 6:
         return None

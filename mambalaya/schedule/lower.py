@@ -114,7 +114,8 @@ class Forms:
 
     def effective(self, einsum: str, inline: frozenset[str]) -> tuple[tuple[EffectiveRead, tuple[IndexForm, ...]], ...]:
         """The Einsum's reads with its inlined producers expanded (:func:`~.compute.effective_reads`), compiled."""
-        key = (einsum, inline)
+        relevant = frozenset(self._inlined_under(einsum, inline)) if inline else inline
+        key = (einsum, relevant)
         got = self._effective.get(key)
         if got is None:
             ranks = set(self.cascade.einsum(einsum).ranks)
@@ -122,6 +123,13 @@ class Forms:
                 (er, tuple(compile_index(ix, self.cascade.values, ranks) for ix in er.indices))
                 for er in effective_reads(self.cascade, einsum, inline))
         return got
+
+    def _inlined_under(self, einsum: str, inline: frozenset[str]):
+        """The inlined producers an Einsum reads through (directly or through other inlined ones)."""
+        for t in self.cascade.einsum(einsum).reads:
+            if t in inline and t != einsum:
+                yield t
+                yield from self._inlined_under(t, inline)
 
     def of(self, einsum: str, k: int) -> tuple[IndexForm, ...]:
         """The index forms of the Einsum's ``k``-th distinct read."""
