@@ -34,7 +34,8 @@ Methods:
   op as part of a contraction on the matrix unit (tensor cores, the 2D PE array) where
   the kind has one; element-wise work uses the vector / 1D / special-function unit.
   Op kinds: ``mac add mul div max exp log sqrt rsqrt sigmoid silu softplus`` (every
-  spec prices all of them) plus aliases (``sub``->add, ``min``->max, ``neg``->mul, ...).
+  spec prices all of them) plus aliases (``sub``->add, ``min``->max, ...); an element-wise function is
+  priced as the kind its row in :mod:`mambalaya.ir.functions` gives (``neg`` is an add).
   ``achievable=False`` gives the peak without efficiency terms.
 - ``pipeline_occupancy(length)``: ``length / (length + pipeline_depth)``, the fraction of
   peak a pipelined reduction of that length reaches (IMAX: 0.5 at 64, 0.88 at 480).

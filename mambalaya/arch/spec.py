@@ -41,17 +41,14 @@ __all__ = [
 ARCH_KINDS = ("gpu", "accelerator", "cgla")
 # Operation kinds every spec must price (the cascades' Einsums are counted in these).
 OP_KINDS = ("mac", "add", "mul", "div", "max", "exp", "log", "sqrt", "rsqrt", "sigmoid", "silu", "softplus")
-# Other spellings the cost model may ask for, priced as the kind they run as.
+# Other spellings of operation kinds, priced as the kind they run as (an element-wise function's kind is in
+# mambalaya.ir.functions, the one table of functions).
 OP_ALIASES = {
     "sub": "add",
     "sum": "add",
     "mean": "add",
     "cumsum": "add",
-    "neg": "mul",
     "min": "max",
-    "abs": "max",
-    "clamp": "max",
-    "relu": "max",
     "fma": "mac",
     "recip": "div",
     "reciprocal": "div",

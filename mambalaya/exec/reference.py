@@ -17,31 +17,8 @@ import numpy as np
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Compare, Const, Node, ParamRef, Reduce, multiplicative_factors
+from mambalaya.ir.functions import FUNCTIONS
 from mambalaya.ir.indexing import eval_index
-
-# ---- element-wise functions --------------------------------------------
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-FUNCTION_IMPLS = {
-    "exp": np.exp,
-    "log": np.log,
-    "softplus": lambda x: np.logaddexp(0.0, x),
-    "silu": lambda x: x * _sigmoid(x),
-    "sigmoid": _sigmoid,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "sqrt": np.sqrt,
-    "neg": np.negative,
-    "abs": np.abs,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-}
-
 
 @dataclass
 class Value:
@@ -139,7 +116,7 @@ class _Evaluator:
             args = [self.node(a) for a in node.args]
             ranks = _union(*(a.ranks for a in args))
             with np.errstate(all="ignore"):
-                out = FUNCTION_IMPLS[node.fn](*(a.aligned(ranks) for a in args))
+                out = FUNCTIONS[node.fn].numpy(*(a.aligned(ranks) for a in args))
             return Value(np.asarray(out, dtype=self.dtype), ranks)
         if isinstance(node, BinOp):
             lhs, rhs = self.node(node.lhs), self.node(node.rhs)
