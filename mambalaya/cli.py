@@ -115,17 +115,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from mambalaya.exec.verify import verify_mapping
 
     cascade = _open(args)
+    options = {"matmul_precision": args.matmul_precision} if args.backend == "triton" else {}
     result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
-                            dtype=args.dtype, seed=args.seed, matmul_precision=args.matmul_precision)
+                            dtype=args.dtype, seed=args.seed, optimal=not args.unfused, **options)
     if args.json:
         _emit_json(result)
     else:
         status = "ok" if result["ok"] else "MISMATCH"
-        counted = result["traffic_counted_bytes"]
-        traffic = (f"traffic predicted {result['traffic_predicted_bytes']} B, counted {counted} B" if counted is not None
-                   else f"traffic predicted {result['traffic_predicted_bytes']} B (the triton backend does not count it)")
-        print(f"{status}: max abs error {result['max_abs_err']:.3g} ({args.dtype}); {traffic} "
+        print(f"{status}: max error {result['max_rel_err']:.3g} of each output's scale (tolerance "
+              f"{result['tolerance']:.0e}; max abs error {result['max_abs_err']:.3g}, {args.dtype}); traffic predicted "
+              f"{result['traffic_predicted_bytes']} B, counted {result['traffic_counted_bytes']} B "
               f"({len(result['groups'])} groups, mapping: {result['mapping_source']}, backend {args.backend})")
+        if not result["traffic_ok"]:
+            want, got = result["traffic_predicted_by_tensor"], result["traffic_counted_by_tensor"]
+            for t in sorted({*want, *got}):
+                if want.get(t, 0) != got.get(t, 0):
+                    print(f"  {t}: predicted {want.get(t, 0)} B, counted {got.get(t, 0)} B", file=sys.stderr)
         for fb in result.get("fallbacks", []):
             print(f"note: group {fb['group']} ran on the reference fallback: {fb['reason']}", file=sys.stderr)
     return EXIT_OK if result["ok"] else EXIT_CHECK_FAILED
@@ -185,6 +190,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mambalaya.exec.backend import backend_names, describe_backends
+
     parser = _ArgumentParser(prog="mambalaya", description="Einsum-cascade fusion explorer and compiler")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
@@ -220,12 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_map)
 
-    p = sub.add_parser("verify", help="run a mapping and the reference; compare numbers and traffic")
+    p = sub.add_parser("verify", help="run a mapping's schedule and the reference; compare numbers and traffic")
     _cascade_args(p)
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--arch", help="verify the optimal mapping for this architecture")
-    src.add_argument("--mapping", help="verify this mapping file")
-    p.add_argument("--backend", default="numba", choices=["numba", "triton"])
+    p.add_argument("--arch", help="verify the optimal mapping for this architecture (with --mapping: run that "
+                                  "mapping under this architecture's capacity)")
+    p.add_argument("--mapping", help="verify this mapping file")
+    p.add_argument("--unfused", action="store_true", help="verify the arch's unfused baseline instead of its optimum")
+    p.add_argument("--backend", default="numba", choices=backend_names(),
+                   help="; ".join(f"{k}: {v}" for k, v in describe_backends().items()))
     p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
                    help="tl.dot operand precision of the triton backend (its tolerance follows)")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])

@@ -47,7 +47,7 @@ buffer factors and terms are built once and shared.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -161,6 +161,15 @@ class LoopModel:
     notes: tuple[str, ...]  # re-tilings, held tiles, prefix sums walked in order
     terms: tuple[BufferTerm, ...]
     bindings: Mapping[Node, Binding]  # (einsum, rank) -> its loop, or the loops of its pieces
+
+    def renamed(self, names: Mapping[str, str]) -> LoopModel:
+        """The same model with Einsums and tensors renamed (a chained layer's copy of a one-layer group)."""
+        def node(n: Node) -> Node:
+            return names.get(n[0], n[0]), n[1]
+
+        return replace(self, ranks=tuple(replace(r, members=tuple(node(m) for m in r.members)) for r in self.ranks),
+                       terms=tuple(replace(t, tensor=names.get(t.tensor, t.tensor)) for t in self.terms),
+                       bindings={node(k): b for k, b in self.bindings.items()})
 
 
 @dataclass(frozen=True)

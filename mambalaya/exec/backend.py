@@ -18,6 +18,7 @@ imports happen on first use).
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,9 +96,24 @@ def get_backend(name: str) -> Backend:
     return _REGISTRY[name]
 
 
+def execute(cascade: Cascade, schedule: Schedule, inputs: dict[str, np.ndarray], backend: str = "numba",
+            dtype: str = "float64", **options: Any) -> RunResult:
+    """Compile ``schedule`` on the named backend and run it on ``inputs`` (the one dispatch every caller uses)."""
+    engine = get_backend(backend)
+    why = engine.available()
+    if why is not None:
+        raise MambalayaError(f"the {backend} backend cannot run here: {why}")
+    t0 = time.perf_counter()
+    program = engine.compile(cascade, schedule, dtype, **options)
+    compile_s = time.perf_counter() - t0
+    res = engine.run(program, inputs)
+    res.compile_s += compile_s
+    return res
+
+
 def counted_bytes(cascade: Cascade, elements: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Per-tensor element counts in bytes (each tensor's declared element size)."""
     return {t: {k: v * cascade.tensors[t].element_bytes for k, v in d.items()} for t, d in elements.items()}
 
 
-__all__ = ["Backend", "RunResult", "backend_names", "counted_bytes", "describe_backends", "get_backend", "register"]
+__all__ = ["Backend", "RunResult", "backend_names", "counted_bytes", "describe_backends", "execute", "get_backend", "register"]

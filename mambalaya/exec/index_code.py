@@ -38,6 +38,7 @@ class IndexDialect:
     minimum: str = "min({a}, {b})"
     maximum: str = "max({a}, {b})"
     ternary: str = "({a} if {cond} else {b})"
+    int_const: str = "{v}"  # an integer variable's initial value (Triton: a typed scalar, so branches agree)
 
     @property
     def intervals(self) -> CodeDialect:
@@ -160,7 +161,7 @@ class LoopNames:
         axis (lo > hi: empty): the hull of its reads, a read over an empty range of its member counting for
         nothing (as :class:`~mambalaya.schedule.extent.AxisFn` evaluates it)."""
         d = self.dialect
-        lines = [f"{name}_lo = {axis.size}", f"{name}_hi = -1"]
+        lines = [f"{name}_lo = {d.int_const.format(v=axis.size)}", f"{name}_hi = {d.int_const.format(v=-1)}"]
         for form, member in axis.reads:
             rr = ranges[member]
             lo_map, hi_map, nonempty = {}, {}, []

@@ -30,7 +30,7 @@ from numba.core.errors import NumbaPerformanceWarning
 from mambalaya.errors import MambalayaError
 from mambalaya.exec import numba_codegen
 from mambalaya.exec.backend import RunResult, register
-from mambalaya.exec.numba_codegen import group_source, kernel_params
+from mambalaya.exec.numba_codegen import group_source
 from mambalaya.exec.reference import prepare_inputs
 from mambalaya.fileio import write_atomic
 from mambalaya.ir.cascade import Cascade
@@ -141,7 +141,7 @@ def run_schedule(cascade: Cascade, schedule: Schedule, inputs: dict[str, np.ndar
     for g in schedule.groups:
         t0 = time.perf_counter()
         kernel, _ = group_kernel(cascade, g, dtype)
-        params = kernel_params(g)
+        params = g.params
         for t in g.writes:
             if t not in env:
                 env[t] = np.empty(cascade.shape(t), dtype=np_dtype)

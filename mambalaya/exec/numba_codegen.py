@@ -47,7 +47,7 @@ from mambalaya.ir.expr import (
 from mambalaya.ir.functions import FUNCTIONS
 from mambalaya.ir.indexing import index_within
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
-from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses
+from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses, scan_shape
 
 #: Work (elements x inner trip count) above which a loop nest gets ``prange``.
 PARALLEL_WORK = 1 << 18
@@ -825,26 +825,6 @@ def _emit_einsum(ctx: _Ctx, e: Einsum, depth: int, accumulate: bool) -> None:
 # ---- fused scans -----------------------------------------------------------------------------
 
 
-def _scan_shape(c: Cascade, rec: Compute, consumers: tuple[Compute, ...]) -> tuple[tuple[str, ...], tuple[str, ...],
-                                                                                   list[Compute], list[Compute]]:
-    """(outer ranks: the recurrence's other ranks every consumer writes; inner ranks: the rest, the state's;
-    consumers reading the step before the update; those reading it after)."""
-    e = c.einsum(rec.einsum)
-    it = e.recurrence
-    assert it is not None
-    rest = [r for r in e.out_ranks if r != it.rank]
-    outs = [set(c.einsum(x.einsum).out_ranks) for x in consumers]
-    outer = tuple(r for r in rest if all(r in o for o in outs))
-    inner = tuple(r for r in rest if r not in outer)
-    before, after = [], []
-    for x in consumers:
-        reads = [a for a in accesses(c.einsum(x.einsum).expr) if a.tensor == rec.einsum]
-        ix = reads[0].indices[it.position]
-        d = sympy.expand(ix - sympy.Symbol(it.rank, integer=True, nonnegative=True))
-        (before if d == -1 else after).append(x)
-    return outer, inner, before, after
-
-
 def _staged_reads(ctx: _Ctx, names: list[str], rec: str, keep: set[str], blocked: str) -> list[tuple[str, ...]]:
     """A blocked scan's step-invariant reads of operand buffers that stride the blocked rank (``A[d,n]`` while the
     step runs ``d`` innermost): staged once per block in the state's layout, they are contiguous loads."""
@@ -887,7 +867,9 @@ def _emit_scan(ctx: _Ctx, s: Compute, depth: int) -> None:
     assert rec is not None
     t = rec.rank
     size = c.rank_sizes
-    outer, inner, before, after = _scan_shape(c, s, s.scan)
+    outer, inner, first, then = scan_shape(c, s.einsum, tuple(x.einsum for x in s.scan))
+    before = [x for x in s.scan if x.einsum in first]
+    after = [x for x in s.scan if x.einsum in then]
     work = math.prod(size[r] for r in e.out_ranks)
     blocked = outer[-1] if outer and size[outer[-1]] >= 2 * SCAN_BLOCK else None
     flat = outer[:-1] if blocked else outer
@@ -998,7 +980,7 @@ def _emit_scan(ctx: _Ctx, s: Compute, depth: int) -> None:
             first = False
         if first:
             ctx.emit(dd, f"{total} = {ctx.zero}")
-        ctx.emit(dd, f"{store} = {total}")
+        ctx.emit(dd, f"{store} {'+=' if x.accumulate is not None else '='} {total}")
         for op, term, over in rows:
             dd = body
             for r in state_ranks:
@@ -1057,12 +1039,16 @@ def _compute(ctx: _Ctx, s: Compute, depth: int) -> None:
         used |= {x.buffer, *(b for _, b in x.reads), *(b for _, b in x.inits)}
     ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(used)}
     accumulate = s.accumulate is not None
-    if accumulate:  # a partial sum: its range zeroed on the reduction loop's first tile
-        ctx.emit(depth, f"if {ctx.names.first(s.accumulate)}:")
-        d = depth + 1
-        for r in e.out_ranks:
-            d = _loop(ctx, d, r, c.rank_sizes[r], False)
-        ctx.emit(d, f"{_out_cell(ctx, e, _rv(e.ranks))} = 0.0")
+    for x in (s, *s.scan):  # partial sums: their range zeroed on the reduction loop's first tile
+        if x.accumulate is not None:
+            xe = c.einsum(x.einsum)
+            ctx.out = x.buffer
+            ctx.emit(depth, f"if {ctx.names.first(x.accumulate)}:")
+            d = depth + 1
+            for r in xe.out_ranks:
+                d = _loop(ctx, d, r, c.rank_sizes[r], False)
+            ctx.emit(d, f"{_out_cell(ctx, xe, _rv(xe.ranks))} = 0.0")
+    ctx.out = s.buffer
     if s.scan or (e.recurrence is not None and ctx.spec[s.buffer].axes[e.recurrence.position].base == "state"):
         _emit_scan(ctx, s, depth)
     else:
@@ -1150,18 +1136,13 @@ def _statements(ctx: _Ctx, body, depth: int) -> None:
             _compute(ctx, s, depth)
 
 
-def kernel_params(g: GroupSchedule) -> tuple[str, ...]:
-    """The off-chip tensors a group's kernel takes, in order: what it loads, then what it stores."""
-    return tuple(dict.fromkeys((*g.reads, *g.writes)))
-
-
 def group_source(cascade: Cascade, g: GroupSchedule, dtype: str) -> str:
     """The Python source of one group's kernel: ``kernel(*off-chip arrays, arena, tc)``.
 
     The arena is one 1-D array; every buffer is a fixed slice of it (the schedule's offsets), so what a
     compute reads is what a load, a shift or another compute put there. ``tc`` counts the elements every
     load (slot ``2*i``) and store (``2*i + 1``) statement copies, per off-chip parameter ``i``."""
-    params = kernel_params(g)
+    params = g.params
     ctx = _Ctx(cascade, g, dtype)
     ctx.params = {t: f"x{i}" for i, t in enumerate(params)}
     ctx.slot = {t: 2 * i for i, t in enumerate(params)}
@@ -1188,4 +1169,4 @@ def group_source(cascade: Cascade, g: GroupSchedule, dtype: str) -> str:
     return PRELUDE + f"PARALLEL = {ctx.parallel}\n\n\n" + "\n".join(ctx.lines) + "\n"
 
 
-__all__ = ["BLAS_IN_PRANGE", "PARALLEL_WORK", "PRELUDE", "SCAN_BLOCK", "group_source", "kernel_params"]
+__all__ = ["BLAS_IN_PRANGE", "PARALLEL_WORK", "PRELUDE", "SCAN_BLOCK", "group_source"]

@@ -77,8 +77,6 @@ def run_layer(
     (fp32, tf32 or bf16) in its tl.dot products; a group Triton cannot express runs on the labelled
     reference fallback, and ``notes`` (when given) receives one line per such group.
     """
-    if backend not in ("numba", "triton"):
-        raise WeightsError(f"unknown backend {backend!r}: use numba or triton")
     config = load_hf_config(config_path)
     x = np.asarray(hidden_states)
     if x.ndim != 3:
@@ -89,23 +87,18 @@ def run_layer(
     weights = load_mixer_weights(weights_path, layer, family=config_family(config))
     inputs = bind_weights(c, weights, str(weights_path))
     inputs["U"] = x
-    if backend == "triton" or arch is not None:
+    if backend == "numba" and arch is None:
+        out = run_reference(c, inputs, dtype=dtype, keep="outputs")
+    else:
+        from mambalaya.exec.backend import execute
         from mambalaya.mapper import optimal_mapping
+        from mambalaya.schedule import lower_mapping
 
-        arch_obj = arch if isinstance(arch, Arch) else load_arch(arch or "h200")
-        mapping = optimal_mapping(c, arch_obj).mapping
-    if backend == "triton":
-        from mambalaya.exec.triton_backend import run_triton
-
-        res = run_triton(c, mapping, inputs, dtype, matmul_precision)
+        arch_obj = arch if isinstance(arch, Arch) else load_arch(arch or ("h200" if backend == "triton" else "mambalaya"))
+        schedule = lower_mapping(c, optimal_mapping(c, arch_obj).mapping, arch_obj)
+        options = {"matmul_precision": matmul_precision} if backend == "triton" else {}
+        res = execute(c, schedule, inputs, backend, dtype, **options)
         if notes is not None:
             notes.extend(f"group {i} ran on the reference fallback: {why}" for i, why in res.fallbacks)
         out = res.outputs
-    elif arch is not None:
-        from mambalaya.exec.fused import run_fused
-
-        out = run_fused(c, mapping, inputs, dtype, arch_obj.fusion_buffer_bytes, arch_obj.weights_resident,
-                        count=False).outputs
-    else:
-        out = run_reference(c, inputs, dtype=dtype, keep="outputs")
     return out["OUT"].astype(x.dtype if x.dtype.kind == "f" else np.float32)

@@ -1,65 +1,61 @@
-"""Cascade IR -> Triton source: one ``@triton.jit`` kernel per fusion group.
+"""A group's schedule printed as one Triton kernel (the ``triton`` backend compiles it).
 
-The same mapping the Numba executor runs is lowered here, with the same
-semantics as :mod:`mambalaya.exec.reference` (zero padding outside a tensor,
-exact floor division and remainder in index expressions, ``where`` masks, an
-initial state read at index -1, per-term Einstein summation, ``cumsum`` as a
-prefix sum). How a group becomes a kernel:
+The kernel is the schedule, statement for statement, as the Numba printer's is, in Triton's block
+form:
 
-* **Program grid.** The *grid ranks* of a group are the ranks every
-  materialised Einsum of the group writes and through which every intra-group
-  read is a plain index: programs along them are independent. Each grid rank is
-  split into program blocks: the mapping's tile where it tiles that rank, else a
-  block the backend picks (about 4K output elements per program). Every other
-  rank is swept whole inside a program.
-* **Phases.** Inside a program the group's Einsums run in order, each over its
-  slice, as a loop over flattened blocks of its output; implicit and explicit
-  reductions are 2D ``[out, reduced]`` tiles summed along axis 1; a
-  ``tl.debug_barrier()`` separates phases. Point-wise Einsums whose every
-  reader is in the group are recomputed in registers at each read (never
-  stored, as in the Numba executor); other group-local tensors go to a scratch
-  array that only this program touches (L2-resident when small).
-* **Contractions.** A summed product that splits into two operand groups
-  (the Numba executor's GEMM plan) becomes ``tl.dot`` on ``[BM, BK] x [BK, BN]``
-  tiles when M, N and K are each at least 16 in the slice: fp32 (``ieee``),
-  tf32, or bf16 operands with fp32 accumulation.
-* **Recurrences.** The iterative rank is a sequential loop inside the program;
-  the state stays in registers across steps (each step reads its own
-  predecessor at the same other indices) and each step is stored.
+* **Programs.** The schedule's grid loops (its leading parallel loops on a GPU) are the program grid:
+  program ``pid`` runs one iteration of each (``t{j}`` from ``pid``); the other tile loops are loops
+  inside the program. Every program has its own slice of one scratch arena (the group's buffers, at
+  the schedule's offsets), so programs never share on-chip data, as the schedule assumes.
+* **Loads and stores** copy a box between a tensor and a buffer in flat blocks (masked); with
+  ``COUNT`` each adds the elements it moved to its counter (``tc``), as it runs.
+* **Computes** run over flat blocks of the member's output range: one rank's index vector per axis,
+  padding and masks as load masks; a summed term adds a block axis for its summed ranks (and an
+  explicit reduction one more), summed with ``tl.sum``; a contraction (the schedule's GEMM split) is
+  ``tl.dot`` on ``[BM, BK] x [BK, BN]`` operand tiles; a recurrence steps through its rank with its
+  state in registers (``[outer, inner]`` ranks), its fused readers computed per step. Inlined members
+  are evaluated at each read. A barrier separates statements (they share the program's buffers).
 
-What cannot be lowered raises :class:`Unsupported`; the backend then runs the
-group through the labelled fallback path and reports why.
+Every loop has a static trip count (the most the schedule's ranges and boxes can span), masked to
+the current extent, so the same source runs under ``TRITON_INTERPRET=1``. Element-wise functions come
+from :data:`mambalaya.ir.functions.FUNCTIONS`. A construct it cannot print raises :class:`Unsupported`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import sympy
 
-from mambalaya.exec.codegen import IndexDialect, _bind, _gemm_plan, _index_code, plan_group
+from mambalaya.exec.index_code import IndexDialect, LoopNames, bind, index_code, int_index
 from mambalaya.ir.cascade import Cascade, Einsum
-from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, multiplicative_factors, walk
-from mambalaya.ir.indexing import index_within
-from mambalaya.ir.mapping import Mapping
+from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, walk
+from mambalaya.ir.functions import FUNCTIONS
+from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
+from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses, scan_shape
+from mambalaya.schedule.extent import range_length
 
-#: Output elements per program the block heuristic aims at for untiled grid ranks.
-GRID_TARGET = 4096
-#: Largest block given to one untiled grid rank (keeps tl.dot tiles square-ish).
-GRID_CAP = 64
-#: Elements of a 1D phase block and of a 2D reduction tile.
-BLOCK_1D = 1024
-BLOCK_2D = 4096
-#: Chunked scans: steps of a linear recurrence scanned at once, and state elements x steps per program.
-SCAN_STEPS = 16
-SCAN_ELEMS = 2048
-#: Smallest M, N, K extent for the tl.dot path (tl.dot needs tiles of at least 16).
-DOT_MIN = 16
-INT32_LIMIT = 2**31 - 1
+#: tl.dot operand precisions (fp32 accumulation in all three).
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+class Unsupported(Exception):
+    """A construct this printer cannot express in Triton (the group runs on the labelled fallback)."""
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    """The printer's choices inside a program (the backend may autotune them)."""
+
+    precision: str = "fp32"  # tl.dot operands: fp32 (ieee), tf32 or bf16
+    block: int = 1024  # elements of one block of a point-wise or reduction compute, of a copy
+    dot_m: int = 64
+    dot_n: int = 64
+    dot_k: int = 32
+    interpret: bool = False  # the source runs under Triton's interpreter (its bf16 dot differs)
+
 
 PRELUDE = '''\
 import triton
@@ -68,7 +64,7 @@ import triton.language as tl
 
 @triton.jit
 def _fdiv(n, d):
-    # floor division that is right whether the target truncates (GPU) or floors (numpy)
+    # floor division, right whether the target truncates (GPU) or floors (the interpreter's numpy)
     return tl.where(n >= 0, n // d, -((d - 1 - n) // d))
 
 
@@ -86,1124 +82,869 @@ def _softplus(x):
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
-
-@triton.jit
-def _lin_combine(a1, b1, a2, b2):
-    # (h -> a1*h + b1) then (h -> a2*h + b2): the associative step of a linear recurrence
-    return a1 * a2, b1 * a2 + b2
-
 '''
 
-_UNARY = {
-    "exp": "tl.exp({0})",
-    "log": "tl.log({0})",
-    "softplus": "_softplus({0})",
-    "silu": "({0} * _sigmoid({0}))",
-    "sigmoid": "_sigmoid({0})",
-    "rsqrt": "(1.0 / tl.sqrt_rn({0}))",
-    "sqrt": "tl.sqrt_rn({0})",
-    "neg": "(-{0})",
-    "abs": "tl.abs({0})",
-    "relu": "tl.maximum({0}, 0.0)",
-}
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+def _power(n: str, e: int) -> str:
+    return "(" + " * ".join([n] * e) + ")" if e else "1"
 
 
-class Unsupported(Exception):
-    """A construct this backend cannot lower to Triton (the group falls back, with this reason)."""
+TRITON_INDEX = IndexDialect(
+    floordiv="_fdiv({n}, {d})",
+    ceildiv="(-_fdiv(-({n}), {d}))",
+    mod="_fmod({n}, {m})",
+    power=_power,
+    error=Unsupported,
+    minimum="tl.minimum({a}, {b})",
+    maximum="tl.maximum({a}, {b})",
+    ternary="tl.where({cond}, {a}, {b})",
+    int_const="tl.full([], {v}, tl.int32)",
+)
 
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _floor_pow2(n: int) -> int:
-    return 1 << max(0, int(n).bit_length() - 1)
-
-
 def _literal(v: float) -> str:
     v = float(v)
     if math.isnan(v):
-        raise Unsupported("a NaN literal")
+        return 'float("nan")'
     if math.isinf(v):
         return 'float("inf")' if v > 0 else 'float("-inf")'
     return repr(v)
 
 
 @dataclass
-class TritonGroupPlan:
-    """How one fusion group is laid out as a Triton kernel (what the report and the launcher need)."""
+class _Block:
+    """The block a value is computed over: rank -> (index code, block axis or None for a scalar), the lane
+    mask of each axis (None: the scalar lanes), and the axes' sizes."""
 
-    index: int
-    einsums: tuple[str, ...]
-    reads: tuple[str, ...]  # boundary tensors read (inputs, weights, initial states, earlier groups' tensors)
-    writes: tuple[str, ...]  # tensors leaving the group (stored to full arrays)
-    scratch: tuple[str, ...]  # group-local tensors materialised per program
-    inline: tuple[str, ...]  # group-local point-wise tensors recomputed in registers
-    aux: tuple[str, ...]  # initial states read through a recurrence tensor produced elsewhere
-    grid: tuple[tuple[str, int, int], ...]  # (rank, block, number of blocks), innermost first
-    dot_einsums: tuple[str, ...] = ()
-    source: str = ""
-    notes: list[str] = field(default_factory=list)
-    #: tl.dot tile choice: block cap of M/N grid ranks, K step, and launch options (num_warps, num_stages)
-    dot_cap: int = 64
-    dot_bk: int = 32
-    #: compute each contraction transposed (operands swapped: the N-side factors become tl.dot's A): a
-    #: product contracted over its operands' strided axis feeds Hopper's tf32 wgmma better one way round
-    dot_swap: bool = False
-    launch: dict = field(default_factory=dict)
-    scan: tuple[str, ...] = ()  # (recurrence, reduction consumer, epilogue phases...) fused as a chunked scan
-    #: chunked scan: steps scanned at once, and steps x state elements held per program
-    scan_steps: int = SCAN_STEPS
-    scan_elems: int = SCAN_ELEMS
+    rv: dict[str, str] = field(default_factory=dict)
+    axis: dict[str, int | None] = field(default_factory=dict)
+    lanes: dict[int | None, list[str]] = field(default_factory=dict)
+    shape: tuple[int, ...] = ()
 
-    @property
-    def params(self) -> tuple[str, ...]:
-        return (*self.reads, *self.writes, *self.scratch, *self.aux)
+    def lane(self, axes: set[int | None] | None = None) -> str:
+        """The lanes of the given axes (all: None) and the scalar lanes, as one mask (``True``: none)."""
+        parts = [m for a, ms in self.lanes.items() if a is None or axes is None or a in axes for m in ms]
+        return " & ".join(f"({m})" for m in parts) if parts else "True"
 
-    @property
-    def programs(self) -> int:
-        return math.prod(n for _, _, n in self.grid) if self.grid else 1
-
-
-def _fold(fn: str, args: list[str]) -> str | None:
-    """A call on literals evaluated here in float64 (Triton would round a literal's function to fp32)."""
-    try:
-        vals = [float(a) for a in args]
-    except ValueError:
-        return None
-    import numpy as np
-
-    from mambalaya.exec.reference import FUNCTION_IMPLS
-
-    with np.errstate(all="ignore"):
-        return _literal(float(FUNCTION_IMPLS[fn](*(np.float64(v) for v in vals))))
-
-
-# ---- index expressions -------------------------------------------------------------
-
-
-def _product_power(n: str, e: int) -> str:
-    return f"({' * '.join([n] * e)})" if e else "1"
-
-
-#: Triton's integer division truncates: floors and remainders go through the prelude's helpers.
-TRITON_INDEX = IndexDialect(floordiv="_fdiv({n}, {d})", ceildiv="(-_fdiv(-{n}, {d}))", mod="_fmod({n}, {m})",
-                            power=_product_power, error=Unsupported, constant_modulus=True)
-
-
-def _ix(expr: sympy.Expr, rv: dict[str, str]) -> tuple[str, int]:
-    """Code for a bound index expression as (numerator code, denominator), floor/mod via helpers."""
-    return _index_code(expr, rv, {}, TRITON_INDEX)
-
-
-def _is_const(expr: sympy.Expr) -> bool:
-    return not any(s.is_integer for s in expr.free_symbols)
-
-
-# ---- the emitter -------------------------------------------------------------------
+    def expanded(self, new: int) -> _Block:
+        """This block with one more trailing axis of ``new`` elements (every vector gets a unit axis)."""
+        d = len(self.shape)
+        rv = {r: (f"tl.expand_dims({c}, {d})" if self.axis[r] is not None else c) for r, c in self.rv.items()}
+        lanes = {a: [(f"tl.expand_dims({m}, {d})" if a is not None else m) for m in ms] for a, ms in self.lanes.items()}
+        return _Block(rv, dict(self.axis), lanes, (*self.shape, new))
 
 
 @dataclass
-class _Emitter:
+class _Ctx:
+    """What the printer of one group knows: its schedule, the code so far, the member being printed."""
+
     cascade: Cascade
-    ptr: dict[str, str]  # tensor -> pointer parameter
-    inline: frozenset[str]
-    dt: str  # "tl.float32" / "tl.float64"
-    precision: str
+    sched: GroupSchedule
+    dtype: str
+    opts: TritonOptions
     lines: list[str] = field(default_factory=list)
     counter: itertools.count = field(default_factory=itertools.count)
-    state: tuple[str, str] | None = None  # (recurrence tensor, register variable of its previous step)
-    dim: int = 1  # 1: [BLOCK] context, 2: [BLOCK, RBLOCK] (no nested reductions there)
-    block: int = 1  # BLOCK of the phase being emitted
-    interpret: bool = False  # generating for Triton's interpreter (CPU)
-    regs: dict[str, str] = field(default_factory=dict)  # tensor -> register value at the current indices
-    dot_cap: int = 64
-    dot_bk: int = 32
-    dot_swap: bool = False
-    scan_steps: int = SCAN_STEPS
-    scan_elems: int = SCAN_ELEMS
-    #: values already emitted: (tensor, indices, rank bindings, context) -> (variable, depth it lives at)
-    memo: dict[tuple, tuple[str, int]] = field(default_factory=dict)
+    bufvar: dict[str, str] = field(default_factory=dict)
+    spec: dict[str, Buffer] = field(default_factory=dict)
+    ranges: dict[str, dict[str, Range]] = field(default_factory=dict)
+    inline: frozenset[str] = frozenset()
+    names: LoopNames = field(default_factory=lambda: LoopNames(TRITON_INDEX))
+    params: dict[str, str] = field(default_factory=dict)
+    slot: dict[str, int] = field(default_factory=dict)
+    # the member being printed
+    bounds: dict[str, tuple[str, str]] = field(default_factory=dict)
+    base: dict[str, list[str | None]] = field(default_factory=dict)
+    read_buf: dict[tuple[int, ...], str] = field(default_factory=dict)
+    init_buf: dict[tuple[int, ...], str] = field(default_factory=dict)
+    cur: list[str] = field(default_factory=list)
+    path: tuple[int, ...] = ()
+    state: tuple[str, str] | None = None  # (recurrence, its state's variable) inside a scan's step
+    out: str = ""
+    dots: int = 0
+
+    @property
+    def dt(self) -> str:
+        return "tl.float64" if self.dtype == "float64" else "tl.float32"
 
     def tmp(self, stem: str = "v") -> str:
         return f"{stem}{next(self.counter)}"
 
     def emit(self, depth: int, line: str) -> None:
-        # a line at a shallower depth closes the blocks a remembered value lived in; a store or a
-        # barrier may change what a remembered load read
-        if line.startswith(("tl.store", "tl.debug_barrier")):
-            self.memo.clear()
-        elif self.memo:
-            self.memo = {k: v for k, v in self.memo.items() if v[1] <= depth}
         self.lines.append("    " * depth + line)
 
-    # -- reads --
-    def index(self, ix: sympy.Expr, rv: dict[str, str], depth: int) -> str:
-        c = self.cascade
-        bound = _bind(ix, rv, c.values)
-        if _is_const(bound):
-            return str(int(bound))
-        n, d = _ix(bound, rv)
-        if d != 1:
-            raise Unsupported(f"fractional index {ix}")
-        if n.isidentifier():
-            return n
-        var = self.tmp("j")
-        self.emit(depth, f"{var} = {n}")
-        return var
+    def var(self, depth: int, code: str, stem: str = "v") -> str:
+        if code.isidentifier():
+            return code
+        v = self.tmp(stem)
+        self.emit(depth, f"{v} = {code}")
+        return v
 
-    def offset(self, tensor: str, idx: list[str]) -> str:
-        shape = self.cascade.shape(tensor)
-        big = math.prod(shape) > INT32_LIMIT
-        parts, stride = [], 1
-        for pos in range(len(shape) - 1, -1, -1):
-            j = idx[pos]
-            if j.lstrip("-").isdigit():
-                if int(j) * stride:
-                    parts.append(str(int(j) * stride))
-            else:
-                jj = f"{j}.to(tl.int64)" if big else j
-                parts.append(jj if stride == 1 else f"{jj} * {stride}")
-            stride *= shape[pos]
-        return " + ".join(reversed(parts)) or "0"
 
-    def access(self, acc: Access, rv: dict[str, str], depth: int) -> str:
-        """A tensor's value at ``rv``: a load, or an inlined producer's value, emitted once per scope
-        (RMSNorm's ``YG * YG`` and a scan's twice-read ``softplus(DT0)`` load and compute once)."""
-        if acc.tensor in self.regs:  # computed in registers at these very indices (checked by _scan_fusion)
-            return self.regs[acc.tensor]
-        if self.state is not None and acc.tensor == self.state[0]:
-            if self.dim == 2:
-                raise Unsupported(f"recurrence {acc.tensor} read inside a summed term")
-            return self.state[1]
-        key = (acc.tensor, tuple(map(str, acc.indices)), tuple(sorted(rv.items())), self.dim, self.state,
-               tuple(sorted(self.regs.items())))
-        hit = self.memo.get(key)
-        if hit is not None and hit[1] <= depth:
-            return hit[0]
-        var = self._access(acc, rv, depth)
-        self.memo[key] = (var, depth)
-        return var
+def _int(ctx: _Ctx, expr: sympy.Expr, rv: dict[str, str], what: str) -> str:
+    return int_index(expr, rv, ctx.cascade.values, what, TRITON_INDEX)
 
-    def _access(self, acc: Access, rv: dict[str, str], depth: int) -> str:
-        c = self.cascade
-        shape = c.shape(acc.tensor)
-        if len(acc.indices) != len(shape):
-            raise Unsupported(f"{acc.tensor} has {len(shape)} axes but is read with {len(acc.indices)} indices")
-        idx, conds = [], []
-        for pos, ix in enumerate(acc.indices):
-            j = self.index(ix, rv, depth)
-            idx.append(j)
-            plain = bool(ix.is_Symbol) and str(ix) in rv and c.rank_sizes.get(str(ix), 0) <= shape[pos]
-            if j.lstrip("-").isdigit():
-                if not 0 <= int(j) < shape[pos]:
-                    conds.append((pos, j))
-            elif not plain and not index_within(_bind(ix, rv, c.values), c.rank_sizes, shape[pos]):
-                conds.append((pos, j))
-        if acc.tensor in self.inline:
-            return self.inlined(acc.tensor, idx, conds, depth)
-        prod = c._by_name.get(acc.tensor)
-        rec = prod.recurrence if prod is not None and prod.recurrence is not None and prod.recurrence.init else None
-        out = self.tmp()
-        mask = " & ".join(f"({j} >= 0) & ({j} < {shape[p]})" for p, j in conds)
-        ptr = f"{self.ptr[acc.tensor]} + {self.offset(acc.tensor, idx)}"
-        if mask:
-            self.emit(depth, f"{out} = tl.load({ptr}, mask={mask}, other=0.0).to({self.dt})")
+
+def _axes_of(expr: sympy.Expr, blk: _Block) -> set[int | None]:
+    return {blk.axis.get(str(s)) for s in expr.free_symbols if str(s) in blk.axis}
+
+
+# ---- buffers ---------------------------------------------------------------------------------
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, n = [], 1
+    for s in reversed(shape):
+        out.append(n)
+        n *= s
+    return out[::-1]
+
+
+def _base_code(ctx: _Ctx, b: Buffer, depth: int) -> list[str | None]:
+    """Each axis's global index of the buffer's first element, as code valid where it is emitted."""
+    out: list[str | None] = []
+    for i, ax in enumerate(b.axes):
+        if ax.base == "zero":
+            out.append(None)
+        elif ax.base == "window":
+            out.append(f"wb_{ctx.bufvar[b.name]}_{i}")
         else:
-            self.emit(depth, f"{out} = tl.load({ptr}).to({self.dt})")
-        if rec is not None and any(p == rec.position for p, _ in conds):
-            pos = rec.position
-            jpos = idx[pos]
-            others = [f"({j} >= 0) & ({j} < {shape[p]})" for p, j in conds if p != pos]
-            init_idx = [j for p, j in enumerate(idx) if p != pos]
-            at_init = " & ".join([f"({jpos} == -1)", *others])
-            init_ptr = f"{self.ptr[rec.init]} + {self.offset(rec.init, init_idx)}"
-            self.emit(depth, f"{out} = tl.where({at_init}, tl.load({init_ptr}, mask={at_init}, other=0.0)"
-                             f".to({self.dt}), {out})")
+            name = ctx.tmp("bx")
+            for line in ctx.names.box_code(ax.box, ctx.ranges, name):
+                ctx.emit(depth, line)
+            out.append(f"{name}_lo" if ax.base == "box" else f"{name}_hi")
+    return out
+
+
+def _offset(idx: list[str], bases: list[str | None], shape: tuple[int, ...]) -> str:
+    """Flat offset into a buffer of ``shape`` of the global indices ``idx`` (each minus its axis's base)."""
+    parts = []
+    for i, z, s in zip(idx, bases, _strides(shape), strict=True):
+        local = (i if i.isidentifier() or i.isdigit() else f"({i})") if z is None else f"({i} - {z})"
+        parts.append(local if s == 1 else f"{local} * {s}")
+    return " + ".join(parts) or "0"
+
+
+def _resolve(ctx: _Ctx, acc: Access) -> tuple[str, tuple[int, ...]]:
+    """(buffer, path) holding what this access of the current Einsum reads."""
+    k = distinct_accesses(ctx.cascade.einsum(ctx.cur[-1])).index(acc)
+    path = (*ctx.path, k)
+    return ctx.read_buf[path], path
+
+
+def _load(ctx: _Ctx, buf: str, idx: list[str], mask: str, depth: int, shape: list[int] | None = None) -> str:
+    """A masked read of a buffer at global indices (``shape``: the pointer broadcast to the mask's block)."""
+    b = ctx.spec[buf]
+    out = ctx.tmp()
+    ptr = f"{ctx.bufvar[buf]} + {_offset(idx, ctx.base[buf], b.shape)}"
+    if shape:
+        ptr += f" + tl.zeros({shape}, tl.int32)"
+    ctx.emit(depth, f"{out} = tl.load({ptr}, mask={mask}, other=0.0)" if mask != "True" else f"{out} = tl.load({ptr})")
+    return out
+
+
+# ---- block expressions ---------------------------------------------------------------------
+
+
+def _access(ctx: _Ctx, acc: Access, blk: _Block, depth: int) -> str:
+    """A padded read from the buffer that holds it (a scan's state, an inlined member evaluated in place)."""
+    c = ctx.cascade
+    if ctx.state is not None and acc.tensor == ctx.state[0]:
+        return ctx.state[1]  # the schedule fused this read into the scan: the state, at its own point
+    shape = c.shape(acc.tensor)
+    if len(acc.indices) != len(shape):
+        raise Unsupported(f"{acc.tensor} has {len(shape)} axes but is read with {len(acc.indices)} indices")
+    if acc.tensor in ctx.inline:
+        return _inlined(ctx, acc, blk, depth)
+    buf, path = _resolve(ctx, acc)
+    init = ctx.init_buf.get((-1,) if acc.tensor == ctx.cur[-1] else path)  # a recurrence's own earlier steps
+    prod = c.einsum(acc.tensor) if c.producer(acc.tensor) else None
+    rec = prod.recurrence if prod is not None and init is not None else None
+    idx, conds, axes = [], [], set()
+    for pos, ix in enumerate(acc.indices):
+        bx = bind(ix, blk.rv, c.values)
+        axes |= _axes_of(bx, blk)
+        v = ctx.var(depth, _int(ctx, ix, blk.rv, acc.tensor), "j")
+        idx.append(v)
+        plain = bool(ix.is_Symbol) and str(ix) in c.rank_sizes and c.rank_sizes[str(ix)] <= shape[pos]
+        if not plain:
+            conds.append((pos, v))
+    inside = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds]
+    lane = blk.lane(axes)
+    val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth)
+    if rec is not None and any(p == rec.position for p, _ in conds):
+        pos = rec.position
+        other = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds if p != pos]
+        rest = [v for p, v in enumerate(idx) if p != pos]
+        first = _load(ctx, init, rest, " & ".join([lane, f"({idx[pos]} == -1)", *other]), depth)
+        out = ctx.tmp()
+        ctx.emit(depth, f"{out} = {val} + {first}")
         return out
-
-    def inlined(self, tensor: str, idx: list[str], conds: list[tuple[int, str]], depth: int) -> str:
-        """A point-wise producer recomputed at the read (its indices clamped, the value masked)."""
-        c = self.cascade
-        e = c.einsum(tensor)
-        shape = c.shape(tensor)
-        inner: dict[str, str] = {}
-        for pos, (r, j) in enumerate(zip(e.out_ranks, idx, strict=True)):
-            if any(p == pos for p, _ in conds):
-                var = self.tmp("jc")
-                self.emit(depth, f"{var} = tl.minimum(tl.maximum({j}, 0), {shape[pos] - 1})")
-                inner[r] = var
-            else:
-                inner[r] = j
-        total = self.terms_value(e, inner, depth)
-        if e.where:  # a masked point-wise producer (e.g. SSD's causal decay mask): zero outside its mask
-            masked = self.tmp()
-            self.emit(depth, f"{masked} = tl.where({self.mask(e, inner)}, {total}, 0.0)")
-            total = masked
-        if conds:
-            mask = " & ".join(f"({j} >= 0) & ({j} < {shape[p]})" for p, j in conds)
-            out = self.tmp()
-            self.emit(depth, f"{out} = tl.where({mask}, {total}, 0.0)")
-            return out
-        return total
-
-    def terms_value(self, e: Einsum, rv: dict[str, str], depth: int) -> str:
-        """Value of a reduction-free right-hand side (signed terms) at the bound ranks."""
-        parts = []
-        for sign, term, summed in e.terms():
-            if summed:
-                raise Unsupported(f"inlined {e.name} sums over {', '.join(sorted(summed))}")
-            v = self.node(term, rv, depth)
-            parts.append(("+ " if sign > 0 else "- ") + v)
-        out = self.tmp()
-        self.emit(depth, f"{out} = 0.0 {' '.join(parts)}")
-        return out
-
-    # -- values --
-    def node(self, node: Node, rv: dict[str, str], depth: int) -> str:
-        c = self.cascade
-        if isinstance(node, Access):
-            return self.access(node, rv, depth)
-        if isinstance(node, Const):
-            return _literal(node.value)
-        if isinstance(node, ParamRef):
-            return _literal(c.values[node.name])
-        if isinstance(node, Call):
-            if node.fn == "clamp":
-                x, lo, hi = (self.node(a, rv, depth) for a in node.args)
-                out = x if lo == 'float("-inf")' else f"tl.maximum({x}, {lo})"
-                return out if hi == 'float("inf")' else f"tl.minimum({out}, {hi})"
-            args = [self.node(a, rv, depth) for a in node.args]
-            folded = _fold(node.fn, args)
-            if folded is not None:
-                return folded
-            if node.fn in ("maximum", "minimum"):
-                return f"tl.{node.fn}({args[0]}, {args[1]})"
-            if node.fn not in _UNARY or len(args) != 1:
-                raise Unsupported(f"function '{node.fn}'")
-            var = self.tmp()
-            self.emit(depth, f"{var} = {args[0]}")
-            code = _UNARY[node.fn].format(var)
-            # sqrt_rn (correctly rounded) is fp32-only; fp64 sqrt is correctly rounded anyway
-            return code.replace("tl.sqrt_rn(", "tl.sqrt(") if self.dt == "tl.float64" else code
-        if isinstance(node, BinOp):
-            return f"({self.node(node.lhs, rv, depth)} {node.op} {self.node(node.rhs, rv, depth)})"
-        if isinstance(node, Reduce):
-            return self.reduce(node, rv, depth)
-        raise Unsupported(f"node {node!r}")
-
-    def reduce(self, node: Reduce, rv: dict[str, str], depth: int) -> str:
-        """An explicit reduction (or prefix sum) as a loop of 2D tiles summed along axis 1."""
-        if self.dim != 1:
-            raise Unsupported(f"{node.op}_{node.rank} nested inside a summed term")
-        size = self.cascade.rank_sizes[node.rank]
-        # the [block, rb] tile takes up to BLOCK_2D elements: a program with few rows (RMSNorm's mean over a
-        # 2048-wide row, two rows per program) loads whole rows at once instead of 64 columns at a time
-        rb = min(_pow2(size), max(64, BLOCK_2D // max(1, self.block)))
-        acc, k0, k = self.tmp("acc"), self.tmp("k0_"), self.tmp("k")
-        neutral = {"sum": "0.0", "mean": "0.0", "cumsum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
-        if node.op not in neutral:
-            raise Unsupported(f"reduction {node.op}")
-        self.emit(depth, f"{acc} = tl.full([{self.block}], {neutral[node.op]}, {self.dt})")
-        self.emit(depth, f"for {k0} in range(0, {size}, {rb}):")
-        d = depth + 1
-        self.emit(d, f"{k} = {k0} + tl.arange(0, {rb})")
-        self.emit(d, f"{k}c = tl.minimum({k}, {size - 1})")
-        inner = {r: f"{v}[:, None]" for r, v in rv.items()}
-        inner[node.rank] = f"{k}c[None, :]"
-        valid = f"({k} < {size})[None, :]"
-        if node.op == "cumsum":
-            valid = f"{valid} & ({k}[None, :] <= {rv[node.rank]}[:, None])"
-        self.dim = 2
-        try:
-            v = self.node(node.arg, inner, d)
-        finally:
-            self.dim = 1
-        if node.op in ("sum", "mean", "cumsum"):
-            self.emit(d, f"{acc} += tl.sum(tl.where({valid}, {v}, 0.0), axis=1)")
-        else:
-            fn = "max" if node.op == "max" else "min"
-            self.emit(d, f"{acc} = tl.{fn}imum({acc}, tl.{fn}(tl.where({valid}, {v}, {neutral[node.op]}), axis=1))")
-        return f"({acc} / {size})" if node.op == "mean" else acc
-
-    def mask(self, e: Einsum, rv: dict[str, str]) -> str:
-        parts = []
-        for cmp in e.where:
-            ln, ld = _ix(_bind(cmp.lhs, rv, self.cascade.values), rv)
-            rn, rd = _ix(_bind(cmp.rhs, rv, self.cascade.values), rv)
-            parts.append(f"({ln} * {rd} {cmp.op} {rn} * {ld})")
-        return " & ".join(parts)
+    return val
 
 
-# ---- one phase (one Einsum over the program's slice) -------------------------------
-
-
-def _slice(c: Cascade, e: Einsum, grid: dict[str, int], skip: str | None = None) -> list[tuple[str, int]]:
-    """(rank, extent) of the program's slice of ``e``'s output, innermost last."""
-    return [(r, grid.get(r, c.rank_sizes[r])) for r in e.out_ranks if r != skip]
-
-
-def _decompose(em: _Emitter, ranks: list[tuple[str, int]], flat: str, grid: dict[str, int], depth: int,
-               lane: str, scalar: bool = False, exact: bool = False) -> dict[str, str]:
-    """Rank indices of a flat position inside the slice; grid ranks offset by their base and clamped.
-
-    ``exact``: the flat position never reaches the slice's size, so the outermost rank needs no
-    remainder; a grid rank whose block divides its size needs no clamp. Both keep the compiler's
-    contiguity facts (vectorised loads and stores) intact."""
-    c = em.cascade
-    rv: dict[str, str] = {}
-    stride = 1
-    for k, (r, ext) in enumerate(reversed(ranks)):
-        outer = k == len(ranks) - 1
-        if exact and outer:
-            local = f"({flat} // {stride})" if stride > 1 else flat
-        else:
-            local = f"({flat} // {stride}) % {ext}" if stride > 1 else f"{flat} % {ext}"
-        if ext == 1:
-            local = "0" if scalar else f"({flat} * 0)"
-        var = f"i_{r}"
-        if r in grid and c.rank_sizes[r] % grid[r] == 0 and ext == grid[r]:
-            em.emit(depth, f"{var} = base_{r} + {local}")
-        elif r in grid:
-            em.emit(depth, f"{var}_raw = base_{r} + {local}")
-            em.emit(depth, f"{lane} = {lane} & ({var}_raw < {c.rank_sizes[r]})")
-            em.emit(depth, f"{var} = tl.minimum({var}_raw, {c.rank_sizes[r] - 1})")
-        else:
-            em.emit(depth, f"{var} = {local}")
-        rv[r] = var
-        stride *= ext
-    return rv
-
-
-def _store_offset(em: _Emitter, e: Einsum, rv: dict[str, str]) -> str:
-    return em.offset(e.name, [rv[r] for r in e.out_ranks])
-
-
-def _body_1d(em: _Emitter, e: Einsum, rv: dict[str, str], depth: int) -> str:
-    """The Einsum's value at the [BLOCK] positions bound in ``rv`` (terms, reductions, masks)."""
-    c = em.cascade
-    mask_ranks = {r for cmp in e.where for r in cmp.ranks()}
-    outer_mask = bool(e.where) and mask_ranks <= set(e.out_ranks)
-    tot = em.tmp("tot")
-    em.emit(depth, f"{tot} = tl.zeros([{em.block}], {em.dt})")
-    for sign, term, summed in e.terms():
-        op = "+=" if sign > 0 else "-="
-        over = [r for r in e.ranks if r in summed]
-        if not over:
-            v = em.node(term, rv, depth)
-            em.emit(depth, f"{tot} {op} {v}")
-            continue
-        sizes = [c.rank_sizes[r] for r in over]
-        total = math.prod(sizes)
-        rb = min(_pow2(total), 64)
-        acc, g0, g = em.tmp("acc"), em.tmp("g0_"), em.tmp("g")
-        em.emit(depth, f"{acc} = tl.zeros([{em.block}], {em.dt})")
-        em.emit(depth, f"for {g0} in range(0, {total}, {rb}):")
-        d = depth + 1
-        em.emit(d, f"{g} = {g0} + tl.arange(0, {rb})")
-        inner = {r: f"{v}[:, None]" for r, v in rv.items()}
-        stride = 1
-        for r, s in reversed(list(zip(over, sizes, strict=True))):
-            var = em.tmp(f"k_{r}_")
-            em.emit(d, f"{var} = (({g} // {stride}) % {s})[None, :]")
-            inner[r] = var
-            stride *= s
-        em.dim = 2
-        try:
-            v = em.node(term, inner, d)
-            valid = f"({g} < {total})[None, :]"
-            if e.where and not outer_mask:
-                valid = f"{valid} & {em.mask(e, inner)}"
-        finally:
-            em.dim = 1
-        em.emit(d, f"{acc} += tl.sum(tl.where({valid}, {v}, 0.0), axis=1)")
-        em.emit(depth, f"{tot} {op} {acc}")
-    if outer_mask:
-        em.emit(depth, f"{tot} = tl.where({em.mask(e, rv)}, {tot}, 0.0)")
-    return tot
-
-
-def _block_for(c: Cascade, e: Einsum) -> int:
-    """1D block of a phase: smaller when its terms need 2D reduction tiles."""
-    widest = 1
-    for _, term, summed in e.terms():
-        if summed:
-            widest = max(widest, min(_pow2(math.prod(c.rank_sizes[r] for r in summed)), 64))
-        for n in walk(term):
-            if isinstance(n, Reduce):
-                widest = max(widest, min(_pow2(c.rank_sizes[n.rank]), 64))
-    return BLOCK_1D if widest == 1 else max(16, BLOCK_2D // widest)
-
-
-def _prefix_sum(e: Einsum) -> Reduce | None:
-    """The cumsum when the Einsum is one (unmasked) prefix sum along one of its output ranks."""
-    terms = e.terms()
-    if len(terms) != 1 or e.where:
-        return None
-    sign, term, summed = terms[0]
-    if sign > 0 and not summed and isinstance(term, Reduce) and term.op == "cumsum" and term.rank in e.out_ranks:
-        return term
-    return None
-
-
-def _emit_prefix(em: _Emitter, e: Einsum, node: Reduce, grid: dict[str, int], depth: int) -> None:
-    """A prefix sum as ``tl.cumsum`` over [rows, whole rank] tiles: linear work, where the generic
-    reduction would sum a masked [q, q] tile per output (quadratic in the rank's size)."""
-    c = em.cascade
-    size = c.rank_sizes[node.rank]
-    rb = _pow2(size)
-    rows = [(r, x) for r, x in _slice(c, e, grid) if r != node.rank]
-    nrow = math.prod(x for _, x in rows) if rows else 1
-    br = max(1, min(_pow2(nrow), BLOCK_2D // rb))
-    em.emit(depth, f"for r0 in range(0, {nrow}, {br}):")
-    d = depth + 1
-    em.emit(d, f"fr = r0 + tl.arange(0, {br})")
-    em.emit(d, f"lane_r = fr < {nrow}")
-    rv_r = _decompose(em, rows, "fr", grid, d, "lane_r", exact=nrow % br == 0)
-    em.emit(d, f"kq = tl.arange(0, {rb})")
-    em.emit(d, f"kqc = tl.minimum(kq, {size - 1})")
-    lane = f"(lane_r[:, None] & (kq < {size})[None, :])"
-    rv2 = {**{r: f"{v}[:, None]" for r, v in rv_r.items()}, node.rank: "kqc[None, :]"}
-    em.dim = 2
+def _inlined(ctx: _Ctx, acc: Access, blk: _Block, depth: int) -> str:
+    """An inlined point-wise member evaluated at the read (never stored)."""
+    c = ctx.cascade
+    e = c.einsum(acc.tensor)
+    shape = c.shape(acc.tensor)
+    k = distinct_accesses(c.einsum(ctx.cur[-1])).index(acc)
+    inner = _Block({}, {}, blk.lanes, blk.shape)
+    conds = []
+    for pos, (r, ix) in enumerate(zip(e.out_ranks, acc.indices, strict=True)):
+        v = ctx.var(depth, _int(ctx, ix, blk.rv, acc.tensor), "j")
+        inner.rv[r] = v
+        axes = _axes_of(bind(ix, blk.rv, c.values), blk)
+        inner.axis[r] = max((a for a in axes if a is not None), default=None)
+        plain = bool(ix.is_Symbol) and str(ix) in c.rank_sizes and c.rank_sizes[str(ix)] <= shape[pos]
+        if not plain:
+            conds.append(f"({v} >= 0) & ({v} < {shape[pos]})")
+    if e.where:
+        conds.append(_mask_code(ctx, e, inner.rv))
+    saved = ctx.path
+    ctx.path, ctx.cur = (*saved, k), [*ctx.cur, acc.tensor]
     try:
-        v = em.node(node.arg, rv2, d)
+        val = _terms(ctx, e, inner, depth)
     finally:
-        em.dim = 1
-    cum = em.tmp("cum")
-    em.emit(d, f"{cum} = tl.cumsum(tl.where({lane}, {v}, 0.0), axis=1)")
-    em.emit(d, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, rv2)}, {cum}, mask={lane})")
+        ctx.path, ctx.cur = saved, ctx.cur[:-1]
+    if conds:
+        out = ctx.tmp()
+        ctx.emit(depth, f"{out} = tl.where({' & '.join(f'({x})' for x in conds)}, {val}, 0.0)")
+        return out
+    return val
 
 
-def _emit_pointwise(em: _Emitter, e: Einsum, grid: dict[str, int], depth: int) -> None:
-    c = em.cascade
-    prefix = _prefix_sum(e)
-    if prefix is not None:
-        _emit_prefix(em, e, prefix, grid, depth)
+def _terms(ctx: _Ctx, e: Einsum, blk: _Block, depth: int) -> str:
+    """The signed sum of a point-wise Einsum's terms at the block."""
+    return _terms_of(ctx, e.terms(), blk, depth)
+
+
+def _terms_of(ctx: _Ctx, terms, blk: _Block, depth: int) -> str:
+    code = ""
+    for i, (sign, term, _) in enumerate(terms):
+        v = _node(ctx, term, blk, depth)
+        code = (v if sign > 0 else f"(-{v})") if i == 0 else f"{code} {'+' if sign > 0 else '-'} {v}"
+    return ctx.var(depth, f"({code})" if code else "0.0")
+
+
+def _node(ctx: _Ctx, node: Node, blk: _Block, depth: int) -> str:
+    """Emit statements computing ``node`` over the block; return its code (a variable or an expression)."""
+    c = ctx.cascade
+    if isinstance(node, Access):
+        return _access(ctx, node, blk, depth)
+    if isinstance(node, Const):
+        return _literal(node.value)
+    if isinstance(node, ParamRef):
+        return _literal(c.values[node.name])
+    if isinstance(node, Call):
+        args = [ctx.var(depth, _node(ctx, a, blk, depth)) for a in node.args]
+        fn = FUNCTIONS.get(node.fn)
+        if fn is None or len(args) != fn.arity:
+            raise Unsupported(f"no Triton implementation of {node.fn} with {len(args)} argument(s)")
+        return ctx.var(depth, fn.triton_code(args, ctx.dtype == "float64"))
+    if isinstance(node, BinOp):
+        return f"({_node(ctx, node.lhs, blk, depth)} {node.op} {_node(ctx, node.rhs, blk, depth)})"
+    if isinstance(node, Reduce):
+        return _reduce(ctx, node, blk, depth)
+    raise TypeError(node)
+
+
+def _reduce(ctx: _Ctx, node: Reduce, blk: _Block, depth: int) -> str:
+    """An explicit reduction: one more block axis over its rank, summed (or maxed) along it."""
+    c = ctx.cascade
+    size = c.rank_sizes[node.rank]
+    top = ctx.cur[-1] == ctx.cur[0]
+    lo, hi = ctx.bounds.get(node.rank, ("0", str(size))) if top and node.op != "cumsum" else ("0", str(size))
+    nmax = range_length(ctx.ranges[ctx.cur[0]][node.rank], ctx.sched.loops) if lo != "0" else size
+    bk = min(_pow2(nmax), max(1, ctx.opts.block // max(1, math.prod(blk.shape))), 64)
+    d = len(blk.shape)
+    acc = ctx.tmp("acc")
+    init = {"max": 'float("-inf")', "min": 'float("inf")'}.get(node.op, "0.0")
+    ctx.emit(depth, f"{acc} = tl.full({list(blk.shape) or []}, {init}, {ctx.dt})" if blk.shape
+             else f"{acc} = {init}")
+    s0, kk = ctx.tmp("s"), ctx.tmp("k")
+    ctx.emit(depth, f"for {s0} in range(0, {nmax}, {bk}):")
+    d1 = depth + 1
+    inner = blk.expanded(bk)
+    vec = f"({lo} + {s0} + tl.arange(0, {bk}))"
+    shape = ["1"] * d + [str(bk)]
+    ctx.emit(d1, f"{kk} = tl.reshape({vec}, [{', '.join(shape)}])" if d else f"{kk} = {vec}")
+    own = inner.rv.get(node.rank)
+    inner.rv[node.rank] = kk
+    inner.axis[node.rank] = d
+    inner.lanes[d] = [f"{kk} < {hi}"]
+    if node.op == "cumsum":  # the prefix up to the rank's own index
+        if own is None:
+            raise Unsupported(f"cumsum over {node.rank} outside its own rank's loop")
+        inner.lanes[d].append(f"{kk} <= {own}")
+    val = _node(ctx, node.arg, inner, d1)
+    lane = inner.lane()
+    if node.op in ("sum", "mean", "cumsum"):
+        ctx.emit(d1, f"{acc} += tl.sum(tl.where({lane}, {val}, 0.0), axis={d})")
+    elif node.op in ("max", "min"):
+        fill = 'float("-inf")' if node.op == "max" else 'float("inf")'
+        fn = "tl.maximum" if node.op == "max" else "tl.minimum"
+        red = "tl.max" if node.op == "max" else "tl.min"
+        ctx.emit(d1, f"{acc} = {fn}({acc}, {red}(tl.where({lane}, {val}, {fill}), axis={d}))")
+    else:
+        raise Unsupported(f"reduction {node.op}")
+    return f"({acc} / {size})" if node.op == "mean" else acc
+
+
+def _mask_code(ctx: _Ctx, e: Einsum, rv: dict[str, str]) -> str:
+    parts = []
+    for cmp in e.where:
+        ln, ld = index_code(bind(cmp.lhs, rv, ctx.cascade.values), rv, ctx.cascade.values, TRITON_INDEX)
+        rn, rd = index_code(bind(cmp.rhs, rv, ctx.cascade.values), rv, ctx.cascade.values, TRITON_INDEX)
+        parts.append(f"({ln} * {rd} {cmp.op} {rn} * {ld})")
+    return " & ".join(parts)
+
+
+# ---- one compute ------------------------------------------------------------------------------
+
+
+def _bound(ctx: _Ctx, rank: str) -> tuple[str, str, int]:
+    """(lo, hi, the most elements the range ever spans) of one rank of the member being printed."""
+    lo, hi = ctx.bounds.get(rank, ("0", str(ctx.cascade.rank_sizes[rank])))
+    return lo, hi, range_length(ctx.ranges[ctx.cur[0]][rank], ctx.sched.loops)
+
+
+def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _Block, axis: int | None,
+                stem: str) -> tuple[str, int]:
+    """Open a static loop over flat blocks of ``ranks``' current ranges (nblk elements each, or a scalar loop
+    for ``axis`` None); bind each rank's index in ``blk``; return (the loop's lane mask, the loop's depth)."""
+    ext, nmax = [], 1
+    for r in ranks:
+        lo, hi, n = _bound(ctx, r)
+        ext.append((r, lo, hi))
+        nmax *= n
+    total = " * ".join(f"({hi} - {lo})" if lo != "0" else hi for _, lo, hi in ext) or "1"
+    s = ctx.tmp(stem)
+    if axis is None:
+        ctx.emit(depth, f"for {s} in range({nmax}):")
+        flat = s
+    else:
+        ctx.emit(depth, f"for {s}0 in range(0, {nmax}, {nblk}):")
+        flat = f"{s}v"
+        ctx.emit(depth + 1, f"{flat} = {s}0 + tl.arange(0, {nblk})")
+        s = flat
+    depth += 1
+    lane = f"{s} < {total}" if ext else f"{s} < 1"
+    rem = s
+    for r, lo, hi in reversed(ext):
+        n = f"({hi} - {lo})" if lo != "0" else hi
+        v = f"i_{r}" if axis is None else f"i_{r}_"
+        ctx.emit(depth, f"{v} = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0" else f"{v} = {rem} % tl.maximum({n}, 1)")
+        nxt = ctx.tmp("q")
+        ctx.emit(depth, f"{nxt} = {rem} // tl.maximum({n}, 1)")
+        rem = nxt
+        blk.rv[r] = v
+        blk.axis[r] = axis
+    blk.lanes.setdefault(axis, []).append(lane)
+    return lane, depth
+
+
+def _place(blk: _Block, ranks: tuple[str, ...], axis: int, ndim: int) -> None:
+    """Put 1-D index vectors of ``ranks`` (bound on ``axis``) and that axis's lanes into an ``ndim``-D block."""
+    if ndim == 1:
         return
-    ranks = _slice(c, e, grid)
-    total = math.prod(ext for _, ext in ranks)
-    block = min(_pow2(total), _block_for(c, e))
-    em.block = block
-    em.emit(depth, f"for f0 in range(0, {total}, {block}):")
-    d = depth + 1
-    em.emit(d, f"f = f0 + tl.arange(0, {block})")
-    em.emit(d, f"lane = f < {total}")
-    rv = _decompose(em, ranks, "f", grid, d, "lane", exact=total % block == 0)
-    tot = _body_1d(em, e, rv, d)
-    em.emit(d, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, rv)}, {tot}, mask=lane)")
+    shape = ["1"] * ndim
+    shape[axis] = ":"
+    sub = "[" + ", ".join(":" if x == ":" else "None" for x in shape) + "]"
+    for r in ranks:
+        blk.rv[r] = f"{blk.rv[r]}{sub}"
+    blk.lanes[axis] = [f"({m}){sub}" for m in blk.lanes[axis]]
 
 
-def _emit_recurrence(em: _Emitter, e: Einsum, grid: dict[str, int], depth: int) -> None:
-    """Sequential loop over the iterative rank, the state in registers (one block of the other ranks at a time)."""
-    c = em.cascade
+def _store_out(ctx: _Ctx, e: Einsum, blk: _Block, val: str, depth: int, accumulate: bool, extra: str = "") -> None:
+    """The value into the member's output buffer at the block's output ranks (added to it: ``accumulate``)."""
+    b = ctx.spec[ctx.out]
+    full = list(blk.shape)
+    ptr = f"{ctx.bufvar[ctx.out]} + {_offset([blk.rv[r] for r in e.out_ranks], ctx.base[ctx.out], b.shape)}"
+    if full:  # every lane stores (lanes off the output's own axes store the same value again)
+        ptr += f" + tl.zeros({full}, tl.int32)"
+    mask = blk.lane() + (f" & ({extra})" if extra else "")
+    value = f"({val}) + tl.zeros({full}, {ctx.dt})" if full else val
+    if accumulate:
+        old = ctx.tmp("o")
+        ctx.emit(depth, f"{old} = tl.load({ptr}, mask={mask}, other=0.0)")
+        value = f"{old} + {value}"
+    ctx.emit(depth, f"tl.store({ptr}, {value}, mask={mask})")
+
+
+def _emit_pointwise(ctx: _Ctx, e: Einsum, depth: int, terms: list, accumulate: bool,
+                    fixed: dict[str, tuple[str, str]] | None = None) -> None:
+    """Flat blocks of the output range; a summed term's summed ranks one more block axis. ``fixed``: output
+    ranks bound to a scalar index instead (rank -> (code, its lane))."""
+    fixed = fixed or {}
+    outs = tuple(r for r in e.out_ranks if r not in fixed)
+    reducing = [t for t in terms if t[2]]
+    nout = math.prod(_bound(ctx, r)[2] for r in outs)
+    nred = max((math.prod(_bound(ctx, r)[2] for r in e.ranks if r in s) for _, _, s in reducing), default=1)
+    bk = min(_pow2(nred), 64) if reducing else 1
+    bo = max(1, min(_pow2(nout), ctx.opts.block // bk))
+    blk = _Block()
+    for r, (code, lane) in fixed.items():
+        blk.rv[r], blk.axis[r] = code, None
+        blk.lanes.setdefault(None, []).append(lane)
+    _, d = _flat_block(ctx, outs, bo, depth, blk, 0, "o")
+    blk.shape = (bo,)
+    mask_ranks = {r for cmp in e.where for r in cmp.ranks()}
+    outer_mask = bool(e.where) and mask_ranks <= set(outs)
+    total = ""
+    for sign, term, summed in terms:
+        over = tuple(r for r in e.ranks if r in summed)
+        if not over:
+            v = _node(ctx, term, blk, d)
+        else:
+            acc = ctx.tmp("acc")
+            ctx.emit(d, f"{acc} = tl.zeros([{bo}], {ctx.dt})")
+            inner = _Block(dict(blk.rv), dict(blk.axis), {a: list(m) for a, m in blk.lanes.items()}, (bo,))
+            _place(inner, outs, 0, 2)
+            _, d2 = _flat_block(ctx, over, bk, d, inner, 1, "r")
+            _place(inner, over, 1, 2)
+            inner.shape = (bo, bk)
+            val = _node(ctx, term, inner, d2)
+            if e.where and not outer_mask:
+                val = f"tl.where({_mask_code(ctx, e, inner.rv)}, {val}, 0.0)"
+            ctx.emit(d2, f"{acc} += tl.sum(tl.where({inner.lane()}, {val}, 0.0), axis=1)")
+            v = acc
+        total = (v if sign > 0 else f"(-{v})") if not total else f"{total} {'+' if sign > 0 else '-'} {v}"
+    val = ctx.var(d, f"({total})" if total else "0.0")
+    if outer_mask:
+        val = ctx.var(d, f"tl.where({_mask_code(ctx, e, blk.rv)}, {val}, 0.0)")
+    _store_out(ctx, e, blk, val, d, accumulate)
+
+
+def _dot_operand(ctx: _Ctx, factors: tuple[Node, ...], blk: _Block, depth: int) -> str:
+    vals = [_node(ctx, f, blk, depth) for f in factors]
+    v = ctx.tmp("op")
+    shape = list(blk.shape)
+    ctx.emit(depth, f"{v} = tl.where({blk.lane()}, {' * '.join(vals)}, 0.0) + tl.zeros({shape}, {ctx.dt})")
+    return v
+
+
+def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, accumulate: bool) -> None:
+    """Per batch point, (M, N) tiles of the output, each the tl.dot sum over K tiles of two operand tiles."""
+    o = ctx.opts
+
+    def side(ranks: tuple[str, ...], cap: int) -> int:
+        return min(max(16, _pow2(math.prod(_bound(ctx, r)[2] for r in ranks))), cap)
+
+    bm, bn, bk = side(plan.m, o.dot_m), side(plan.n, o.dot_n), side(plan.k, o.dot_k)
+    bat, mb, nb, kb = _Block(), _Block(), _Block(), _Block()
+    _, d = _flat_block(ctx, plan.batch, 1, depth, bat, None, "b")
+    _, d = _flat_block(ctx, plan.m, bm, d, mb, 0, "m")
+    _, d = _flat_block(ctx, plan.n, bn, d, nb, 0, "n")
+    acc = ctx.tmp("acc")
+    ctx.emit(d, f"{acc} = tl.zeros([{bm}, {bn}], {ctx.dt})")
+    _, d2 = _flat_block(ctx, plan.k, bk, d, kb, 0, "k")
+
+    def tile(rows: tuple[_Block, tuple[str, ...]], cols: tuple[_Block, tuple[str, ...]], shape: tuple[int, int]
+             ) -> _Block:
+        """A 2-D block: the scalar batch point, ``rows``' ranks on axis 0, ``cols``' on axis 1."""
+        out = _Block(dict(bat.rv), dict(bat.axis), {None: list(bat.lanes.get(None, []))}, shape)
+        for axis, (src, ranks) in enumerate((rows, cols)):
+            for r in ranks:
+                out.rv[r], out.axis[r] = src.rv[r], axis
+            out.lanes[axis] = list(src.lanes[0])
+            _place(out, ranks, axis, 2)
+        return out
+
+    a = _dot_operand(ctx, plan.a, tile((mb, plan.m), (kb, plan.k), (bm, bk)), d2)
+    b = _dot_operand(ctx, plan.b, tile((kb, plan.k), (nb, plan.n), (bk, bn)), d2)
+    if ctx.dtype == "float64":
+        dot = f"tl.dot({a}, {b}, input_precision=\"ieee\", out_dtype=tl.float64)"
+    elif o.precision == "bf16" and o.interpret:
+        # the interpreter's bf16 dot is not exact; bf16 operands with fp32 products and sums are, in fp32
+        dot = (f"tl.dot({a}.to(tl.bfloat16).to(tl.float32), {b}.to(tl.bfloat16).to(tl.float32), "
+               f"input_precision=\"ieee\")")
+    elif o.precision == "bf16":
+        dot = f"tl.dot({a}.to(tl.bfloat16), {b}.to(tl.bfloat16), out_dtype=tl.float32)"
+    else:
+        dot = f"tl.dot({a}, {b}, input_precision=\"{'ieee' if o.precision == 'fp32' else 'tf32'}\")"
+    ctx.emit(d2, f"{acc} += {dot}")
+    out = tile((mb, plan.m), (nb, plan.n), (bm, bn))
+    _store_out(ctx, e, out, acc if sign > 0 else f"(-{acc})", d, accumulate)
+    ctx.dots += 1
+
+
+def _emit_einsum(ctx: _Ctx, e: Einsum, depth: int, accumulate: bool) -> None:
+    terms = e.terms()
+    plans = [contraction(ctx.cascade, e, t, s, vector=True) for _, t, s in terms]
+    plans = [p if p is not None and not any(isinstance(n, Reduce) for f in (*p.a, *p.b) for n in walk(f)) else None
+             for p in plans]
+    ctx.emit(depth, f"# {e.text}")
+    if not any(plans):
+        _emit_pointwise(ctx, e, depth, terms, accumulate)
+        return
+    if not accumulate and (len(terms) > 1 or terms[0][0] < 0):  # zero the range, then accumulate every term
+        _emit_pointwise(ctx, e, depth, [], False)
+        ctx.emit(depth, "tl.debug_barrier()")
+        accumulate = True
+    for (sign, _, _), plan in zip(terms, plans, strict=True):
+        if plan is not None:
+            _emit_dot(ctx, e, depth, sign, plan, accumulate)
+            ctx.emit(depth, "tl.debug_barrier()")
+            accumulate = True
+    rest = [t for t, p in zip(terms, plans, strict=True) if p is None]
+    if rest:
+        _emit_pointwise(ctx, e, depth, rest, accumulate)
+
+
+def _own_step(e: Einsum, acc: Access, values: dict) -> bool:
+    """The recurrence reads itself at its own point, one step back."""
     rec = e.recurrence
     assert rec is not None
-    if rec.rank in grid:
-        raise Unsupported(f"iterative rank {rec.rank} of {e.name} cannot be a grid rank")
-    ranks = _slice(c, e, grid, skip=rec.rank)
-    total = math.prod(ext for _, ext in ranks) if ranks else 1
-    block = min(_pow2(total), _block_for(c, e))
-    steps = c.rank_sizes[rec.rank]
-    em.block = block
-    em.emit(depth, f"for f0 in range(0, {total}, {block}):")
-    d = depth + 1
-    em.emit(d, f"f = f0 + tl.arange(0, {block})")
-    em.emit(d, f"lane = f < {total}")
-    rv = _decompose(em, ranks, "f", grid, d, "lane")
-    state = em.tmp("state")
-    if rec.init is not None:
-        init_idx = [rv[r] for r in e.out_ranks if r != rec.rank]
-        em.emit(d, f"{state} = tl.load({em.ptr[rec.init]} + {em.offset(rec.init, init_idx)}, mask=lane, "
-                   f"other=0.0).to({em.dt})")
-    else:
-        em.emit(d, f"{state} = tl.zeros([{block}], {em.dt})")
-    em.emit(d, f"for t_{rec.rank} in range({steps}):")
-    d2 = d + 1
-    em.emit(d2, f"i_{rec.rank} = t_{rec.rank} + f * 0")
-    rv = {**rv, rec.rank: f"i_{rec.rank}"}
-    em.state = (e.name, state)
-    try:
-        tot = _body_1d(em, e, rv, d2)
-    finally:
-        em.state = None
-    em.emit(d2, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, rv)}, {tot}, mask=lane)")
-    em.emit(d2, f"{state} = {tot}")
-
-
-def _emit_scan(em: _Emitter, plan: TritonGroupPlan, grid: dict[str, int], finals: list[str], depth: int) -> None:
-    """A linear recurrence E, its reduction F and F's point-wise epilogue, SCAN_STEPS steps at a time.
-
-    Per block of F's non-iterative ranks (rows) x E's reduced ranks (cols) the state lives in registers;
-    each chunk loads the steps' coefficients ``a`` and ``b`` as [T, rows, cols] tiles, scans them with
-    tl.associative_scan (``_lin_combine``), applies the carried state, reduces F over axis 2 and evaluates
-    the epilogue on [T, rows]; only tensors leaving the group (or read by later phases) are stored.
-    Final-state readers (E at the last step) are evaluated from the carried state after the last chunk.
-    """
-    c = em.cascade
-    en, fn, *epi = plan.scan
-    e, f = c.einsum(en), c.einsum(fn)
-    rec = e.recurrence
-    a_terms, b_terms = _linear_split(c, e)
-    it = rec.rank
-    steps = c.rank_sizes[it]
-    rows = _slice(c, f, grid, skip=it)
-    cols = [(r, c.rank_sizes[r]) for r in e.out_ranks if r not in f.out_ranks]
-    nrow = math.prod(x for _, x in rows) if rows else 1
-    ncol = math.prod(x for _, x in cols) if cols else 1
-    bc = _pow2(ncol)
-    t = min(em.scan_steps, _pow2(steps))
-    br = min(_pow2(nrow), max(1, _floor_pow2(max(1, em.scan_elems // (t * bc)))))
-    # tensors kept in registers only: local, and read by nothing outside the fused phases
-    fused = {fn, *epi}
-    readers = {n for n in plan.einsums if n not in fused and n not in plan.inline}
-    keep = set()
-    for x in fused:
-        if x in plan.writes or any(x in _reads_through(c, c.einsum(r), frozenset(plan.inline)) for r in readers):
-            keep.add(x)
-    em.emit(depth, f"for r0 in range(0, {nrow}, {br}):")
-    d = depth + 1
-    em.emit(d, f"fr = r0 + tl.arange(0, {br})")
-    em.emit(d, "lane_r = fr < " + str(nrow))
-    rv_r = _decompose(em, rows, "fr", grid, d, "lane_r", exact=nrow % br == 0)
-    em.emit(d, f"fc = tl.arange(0, {bc})")
-    em.emit(d, f"lane_c = fc < {ncol}")
-    rv_c = _decompose(em, cols, "fc", {}, d, "lane_c")
-    rv2 = {**{r: f"{v}[:, None]" for r, v in rv_r.items()}, **{r: f"{v}[None, :]" for r, v in rv_c.items()}}
-    lane2 = "(lane_r[:, None] & lane_c[None, :])"
-    state = em.tmp("state")
-    if rec.init is not None:
-        idx = [rv2[r] for r in e.out_ranks if r != it]
-        em.emit(d, f"{state} = tl.load({em.ptr[rec.init]} + {em.offset(rec.init, idx)}, mask={lane2}, "
-                   f"other=0.0).to({em.dt})")
-    else:
-        em.emit(d, f"{state} = tl.zeros([{br}, {bc}], {em.dt})")
-    em.emit(d, f"for t0 in range(0, {steps}, {t}):")
-    d2 = d + 1
-    em.emit(d2, f"tr = t0 + tl.arange(0, {t})")
-    em.emit(d2, f"lane_t = tr < {steps}")
-    em.emit(d2, f"tc = tl.minimum(tr, {steps - 1})")
-    rv3 = {**{r: f"{v}[None, :, None]" for r, v in rv_r.items()}, **{r: f"{v}[None, None, :]" for r, v in rv_c.items()},
-           it: "tc[:, None, None]"}
-    lane3 = "(lane_t[:, None, None] & lane_r[None, :, None] & lane_c[None, None, :])"
-    zero3 = f"tl.zeros([{t}, {br}, {bc}], {em.dt})"
-    em.dim = 3
-    try:
-        av, bv = em.tmp("ca"), em.tmp("cb")
-        em.emit(d2, f"{av} = {zero3}")
-        for sign, facs in a_terms:
-            vals = [em.node(x, rv3, d2) for x in facs] or ["1.0"]
-            em.emit(d2, f"{av} {'+=' if sign > 0 else '-='} {' * '.join(vals)}")
-        em.emit(d2, f"{bv} = {zero3}")
-        for sign, term in b_terms:
-            em.emit(d2, f"{bv} {'+=' if sign > 0 else '-='} {em.node(term, rv3, d2)}")
-        em.emit(d2, f"{av} = tl.where({lane3}, {av}, 1.0)")
-        em.emit(d2, f"{bv} = tl.where({lane3}, {bv}, 0.0)")
-        em.emit(d2, f"{av}, {bv} = tl.associative_scan(({av}, {bv}), 0, _lin_combine)")
-        hv = em.tmp("h")
-        em.emit(d2, f"{hv} = {av} * {state}[None, :, :] + {bv}")
-        em.emit(d2, f"{state} = tl.sum(tl.where((tl.arange(0, {t}) == {t - 1})[:, None, None], {hv}, 0.0), axis=0)")
-        if en in plan.writes:
-            em.emit(d2, f"tl.store({em.ptr[en]} + {_store_offset(em, e, rv3)}, {hv}, mask={lane3})")
-        # F: the reduction over the state's extra ranks
-        em.regs[en] = hv
-        fv = em.tmp("fv")
-        em.emit(d2, f"{fv} = tl.zeros([{t}, {br}], {em.dt})")
-        for sign, term, _ in f.terms():
-            arg = term.arg if isinstance(term, Reduce) else term
-            v = em.node(arg, rv3, d2)
-            em.emit(d2, f"{fv} {'+=' if sign > 0 else '-='} tl.sum(tl.where({lane3}, {v}, 0.0), axis=2)")
-        del em.regs[en]
-    finally:
-        em.dim = 1
-    rvf = {**{r: f"{v}[None, :]" for r, v in rv_r.items()}, it: "tc[:, None]"}
-    lanef = "(lane_t[:, None] & lane_r[None, :])"
-    em.regs[fn] = fv
-    if fn in keep:
-        em.emit(d2, f"tl.store({em.ptr[fn]} + {_store_offset(em, f, rvf)}, {fv}, mask={lanef})")
-    em.dim = 3
-    try:
-        for name in epi:
-            g = c.einsum(name)
-            gv = em.tmp("gv")
-            em.emit(d2, f"{gv} = tl.zeros([{t}, {br}], {em.dt})")
-            for sign, term, _ in g.terms():
-                em.emit(d2, f"{gv} {'+=' if sign > 0 else '-='} {em.node(term, rvf, d2)}")
-            em.regs[name] = gv
-            if name in keep:
-                em.emit(d2, f"tl.store({em.ptr[name]} + {_store_offset(em, g, rvf)}, {gv}, mask={lanef})")
-    finally:
-        em.dim = 1
-        for name in (fn, *epi):
-            em.regs.pop(name, None)
-    # final-state readers, from the carried state
-    em.state = (en, state)
-    em.dim = 3
-    try:
-        for name in finals:
-            g = c.einsum(name)
-            gv = em.tmp("gv")
-            rvg = {r: rv2[r] for r in g.out_ranks}
-            em.emit(d, f"{gv} = tl.zeros([{br}, {bc}], {em.dt})")
-            for sign, term, _ in g.terms():
-                em.emit(d, f"{gv} {'+=' if sign > 0 else '-='} {em.node(term, rvg, d)}")
-            em.emit(d, f"tl.store({em.ptr[name]} + {_store_offset(em, g, rvg)}, {gv}, mask={lane2})")
-    finally:
-        em.state = None
-        em.dim = 1
-
-
-def _dot_plans(c: Cascade, e: Einsum, grid: dict[str, int], dtype: str) -> list | None:
-    """Per term: a GEMM plan usable with tl.dot in this slice, or None for every term when it does not apply."""
-    if dtype != "float32" or e.where or e.recurrence is not None:
-        return None
-    terms = e.terms()
-    plans = [_gemm_plan(c, e, t, s) for _, t, s in terms]
-    if not any(plans):
-        return None
-    ext = {r: grid.get(r, c.rank_sizes[r]) for r in e.ranks}
-    first = next(p for p in plans if p is not None)
-    for (_, term, summed), p in zip(terms, plans, strict=True):
-        if any(isinstance(n, Reduce) for n in walk(term)):
-            return None
-        if p is None:
-            if summed:
-                return None
-            continue
-        if (p.m, p.n, p.batch) != (first.m, first.n, first.batch):
-            return None
-        if min(math.prod(ext[r] for r in g) for g in (p.m, p.n, p.k)) < DOT_MIN:
-            return None
-    return plans
-
-
-def _mn_major(c: Cascade, factors: tuple[Node, ...], k: tuple[str, ...], inline: frozenset[str]) -> bool:
-    """True when a tl.dot operand is one loaded tensor whose contiguous (innermost non-unit) axis is
-    not indexed by a K rank: the tile lies M- or N-major in memory."""
-    if len(factors) != 1 or not isinstance(factors[0], Access) or factors[0].tensor in inline:
-        return False
-    acc = factors[0]
-    for size, ix in reversed(list(zip(c.shape(acc.tensor), acc.indices, strict=True))):
-        if size > 1:
-            return not {str(s) for s in ix.free_symbols} & set(k)
-    return False
-
-
-def _causal_k_rank(c: Cascade, p: Any, inline: frozenset[str]) -> str | None:
-    """The M or N rank ``q`` when an inlined factor is masked ``k <= q`` (or ``k < q``) on the only K rank.
-
-    The SSD's intra-chunk product reads the decay mask ``LM[.., q, s, ..] where s <= q``: for a tile of
-    queries no key past its last query contributes, so the K loop can stop there (about half the work)."""
-    if len(p.k) != 1:
-        return None
-    k = p.k[0]
-    for f in (*p.a, *p.b):
-        if not isinstance(f, Access) or f.tensor not in inline:
-            continue
-        prod = c.einsum(f.tensor)
-        bind = {r: ix for r, ix in zip(prod.out_ranks, f.indices, strict=True)}
-        for cmp in prod.where:
-            if cmp.op not in ("<=", "<") or not (cmp.lhs.is_Symbol and cmp.rhs.is_Symbol):
-                continue
-            lhs, rhs = bind.get(str(cmp.lhs)), bind.get(str(cmp.rhs))
-            if lhs is not None and rhs is not None and lhs.is_Symbol and rhs.is_Symbol \
-                    and str(lhs) == k and str(rhs) in (*p.m, *p.n):
-                return str(rhs)
-    return None
-
-
-def _emit_dot(em: _Emitter, e: Einsum, grid: dict[str, int], plans: list, depth: int) -> None:
-    """Tiles of the output over (M, N) per batch point; each contraction term accumulated by tl.dot."""
-    c = em.cascade
-    if em.dot_swap:  # out^T = B^T A^T: the same tiles, the operands' roles exchanged
-        plans = [p and dataclasses.replace(p, a=p.b, b=p.a, m=p.n, n=p.m) for p in plans]
-    first = next(p for p in plans if p is not None)
-    ext = {r: grid.get(r, c.rank_sizes[r]) for r in e.ranks}
-    nb = math.prod(ext[r] for r in first.batch)
-    ms, ns = (math.prod(ext[r] for r in g) for g in (first.m, first.n))
-    bm, bn = min(_pow2(ms), em.dot_cap), min(_pow2(ns), em.dot_cap)
-    em.emit(depth, f"for bi in range({nb}):")
-    d = depth + 1
-    em.emit(d, "lane_b = bi < " + str(nb))
-    rv_b = _decompose(em, [(r, ext[r]) for r in first.batch], "bi", grid, d, "lane_b", scalar=True)
-    em.emit(d, f"for m0 in range(0, {ms}, {bm}):")
-    em.emit(d + 1, f"for n0 in range(0, {ns}, {bn}):")
-    d += 2
-    em.emit(d, f"mi = m0 + tl.arange(0, {bm})")
-    em.emit(d, f"ni = n0 + tl.arange(0, {bn})")
-    em.emit(d, f"lane_m = mi < {ms}")
-    em.emit(d, f"lane_n = ni < {ns}")
-    rv_m = _decompose(em, [(r, ext[r]) for r in first.m], "mi", grid, d, "lane_m", exact=ms % bm == 0)
-    rv_n = _decompose(em, [(r, ext[r]) for r in first.n], "ni", grid, d, "lane_n", exact=ns % bn == 0)
-    out_rv = {**rv_b, **{r: f"{v}[:, None]" for r, v in rv_m.items()}, **{r: f"{v}[None, :]" for r, v in rv_n.items()}}
-    em.emit(d, f"acc = tl.zeros([{bm}, {bn}], tl.float32)")
-    for (sign, term, _), p in zip(e.terms(), plans, strict=True):
-        if p is None:
-            em.dim = 2
-            try:
-                v = em.node(term, out_rv, d)
-            finally:
-                em.dim = 1
-            em.emit(d, f"acc {'+=' if sign > 0 else '-='} {v}")
-            continue
-        ks = math.prod(ext[r] for r in p.k)
-        bk = min(_pow2(ks), em.dot_bk)
-        k0, kk = em.tmp("k0_"), em.tmp("kk")
-        upper = _causal_k_rank(c, p, em.inline)
-        # the summand is zero past the tile's last M index: stop the K loop there (the interpreter's
-        # range takes no tensor bound; it runs the whole loop, masked, to the same result)
-        if upper is not None and not em.interpret:
-            last = rv_m.get(upper) or rv_n[upper]
-            em.emit(d, f"for {k0} in range(0, tl.minimum({ks}, tl.max({last}, axis=0) + 1), {bk}):")
-        else:
-            em.emit(d, f"for {k0} in range(0, {ks}, {bk}):")
-        d2 = d + 1
-        em.emit(d2, f"{kk} = {k0} + tl.arange(0, {bk})")
-        em.emit(d2, f"lane_k = {kk} < {ks}")
-        rv_k = _decompose(em, [(r, ext[r]) for r in p.k], kk, {}, d2, "lane_k", exact=ks % bk == 0)
-        em.dim = 2
-        try:
-            a_rv = {**rv_b, **{r: f"{v}[:, None]" for r, v in rv_m.items()}, **{r: f"{v}[None, :]" for r, v in rv_k.items()}}
-            b_rv = {**rv_b, **{r: f"{v}[:, None]" for r, v in rv_k.items()}, **{r: f"{v}[None, :]" for r, v in rv_n.items()}}
-            av = [em.node(f, a_rv, d2) for f in p.a]
-            bv = [em.node(f, b_rv, d2) for f in p.b]
-        finally:
-            em.dim = 1
-        a, b = em.tmp("a"), em.tmp("b")
-        # broadcast_to is free when the operand already has the tile's shape: a loaded tile then feeds
-        # tl.dot directly, which lets Triton pipeline the loads into shared memory (async copies / TMA).
-        # A loaded 32-bit operand whose K axis is not its contiguous one is staged through registers
-        # (the K mask is the register op): Hopper's tf32 wgmma reads shared memory only K-major, and a
-        # tile copied there as it lies in memory is re-laid per step (the SSD's products: 1.3-2x faster).
-        stage = em.precision != "bf16"
-        mask_a = ks % bk or (stage and _mn_major(c, p.a, p.k, em.inline))
-        mask_b = ks % bk or (stage and _mn_major(c, p.b, p.k, em.inline))
-        va, vb = " * ".join(av), " * ".join(bv)
-        if mask_a:
-            va = f"tl.where(lane_k[None, :], {va}, 0.0)"
-        if mask_b:
-            vb = f"tl.where(lane_k[:, None], {vb}, 0.0)"
-        em.emit(d2, f"{a} = tl.broadcast_to({va}, [{bm}, {bk}])")
-        em.emit(d2, f"{b} = tl.broadcast_to({vb}, [{bk}, {bn}])")
-        if em.precision == "bf16" and em.interpret:
-            # the interpreter's native bf16 dot is wrong; bf16 operands with fp32 products and sums are exact
-            # in fp32, so rounding the operands and running an ieee dot computes the same thing
-            dot = (f'tl.dot({a}.to(tl.bfloat16).to(tl.float32), {b}.to(tl.bfloat16).to(tl.float32), '
-                   f'input_precision="ieee")')
-        elif em.precision == "bf16":
-            dot = f"tl.dot({a}.to(tl.bfloat16), {b}.to(tl.bfloat16), out_dtype=tl.float32)"
-        else:
-            prec = "ieee" if em.precision == "fp32" else "tf32"
-            dot = f'tl.dot({a}, {b}, input_precision="{prec}")'
-        em.emit(d2, f"acc {'+=' if sign > 0 else '-='} {dot}")
-    lane = "lane_b & lane_m[:, None] & lane_n[None, :]"
-    em.emit(d, f"tl.store({em.ptr[e.name]} + {_store_offset(em, e, out_rv)}, acc, mask={lane})")
-
-
-# ---- one group ---------------------------------------------------------------------
-
-
-def _grid_ranks(c: Cascade, names: tuple[str, ...], inline: frozenset[str]) -> list[str]:
-    """Ranks along which programs of this group are independent (see the module docstring)."""
-    phases = [c.einsum(n) for n in names if n not in inline]
-    if not phases:
-        return []
-    produced = set(names)
-    cand = [r for r in phases[0].out_ranks if all(r in e.out_ranks for e in phases)]
-    bad: set[str] = set()
-    for e in phases:
-        if e.recurrence is not None:
-            bad.add(e.recurrence.rank)
-        for n in walk(e.expr):
-            if isinstance(n, Reduce):
-                bad.add(n.rank)
-    # every intra-group read must index a grid rank plainly, at the position where its producer writes it
-    readers = [c.einsum(n) for n in names]
-    for e in readers:
-        for n in walk(e.expr):
-            if not isinstance(n, Access) or n.tensor not in produced or n.tensor == e.name:
-                continue
-            prod_ranks = c.einsum(n.tensor).out_ranks
-            if n.tensor in inline:
-                # an inlined producer is evaluated at the reader's indices: it constrains nothing itself,
-                # but its own reads happen at the reader's positions, so check them through the binding
-                continue
-            for r in cand:
-                if r not in prod_ranks:
-                    bad.add(r)
-                    continue
-                pos = prod_ranks.index(r)
-                if not (n.indices[pos].is_Symbol and str(n.indices[pos]) == r):
-                    bad.add(r)
-    # reads through inlined producers: the producer's read of a materialised group tensor must be plain too
-    for name in inline:
-        e = c.einsum(name)
-        for n in walk(e.expr):
-            if isinstance(n, Access) and n.tensor in produced and n.tensor not in inline:
-                prod_ranks = c.einsum(n.tensor).out_ranks
-                for r in cand:
-                    pos = prod_ranks.index(r) if r in prod_ranks else None
-                    ok = pos is not None and n.indices[pos].is_Symbol and str(n.indices[pos]) == r
-                    # the inlined producer's rank r must be bound to the reader's r: require same names
-                    if not ok or r not in e.out_ranks:
-                        bad.add(r)
-    # and the inlined producers must themselves be read with the grid rank plain (checked above for phases)
-    for e in readers:
-        for n in walk(e.expr):
-            if isinstance(n, Access) and n.tensor in inline:
-                pr = c.einsum(n.tensor).out_ranks
-                for r in cand:
-                    if r in pr:
-                        pos = pr.index(r)
-                        if not (n.indices[pos].is_Symbol and str(n.indices[pos]) == r):
-                            bad.add(r)
-    return [r for r in cand if r not in bad]
-
-
-def _blocks(c: Cascade, names: tuple[str, ...], inline: frozenset[str], grid: list[str],
-            tiles: dict[str, int], cap: int = GRID_CAP, scan: tuple[str, ...] = (),
-            elems: int = GRID_TARGET) -> dict[str, int]:
-    """Program block per grid rank: about ``elems`` outputs per program (the launcher tunes ``elems``)."""
-    phases = [c.einsum(n) for n in names if n not in inline]
-    # elements a program holds at once per phase: a recurrence's iterative rank is stepped, not held; in a
-    # group with a recurrence the recurrence sets the block (the other phases loop over their slices)
-    recs = [e for e in phases if e.recurrence is not None]
-    rest = max((math.prod(c.rank_sizes[r] for r in e.out_ranks
-                          if r not in grid and not (e.recurrence and r == e.recurrence.rank)) for e in recs or phases),
-               default=1)
-    budget = max(1, elems // rest)
-    out: dict[str, int] = {}
-    # contractions want their M and N ranks blocked (tl.dot tiles), batch ranks one at a time
-    first: list[str] = []
-    for e in phases:
-        for _, t, summed in e.terms():
-            p = _gemm_plan(c, e, t, summed)
-            if p is not None:
-                first += [r for r in (*reversed(p.n), *reversed(p.m)) if r in grid and r not in first]
-    if first and not scan:  # tl.dot tiles: up to cap x cap outputs per program, batch ranks one at a time
-        budget = max(budget, cap * cap // rest)
-    for r in [*first, *(r for r in reversed(grid) if r not in first)]:
-        size = c.rank_sizes[r]
-        if r in tiles and tiles[r] < size:
-            out[r] = tiles[r]
-            continue
-        if first and not scan and r not in first:
-            budget = 1
-        b = min(size, cap, _floor_pow2(budget))
-        out[r] = b
-        budget = max(1, budget // b)
-    return out
-
-
-def _inlinable(e: Einsum) -> bool:
-    """Point-wise (a mask allowed: the value is zero outside it): recomputed in registers at each read."""
-    if e.recurrence is not None or e.reduced_ranks or any(isinstance(n, Reduce) for n in walk(e.expr)):
-        return False
-    return len(set(e.out_ranks)) == len(e.out_ranks)
-
-
-def _plain(acc: Access, ranks: tuple[str, ...] | list[str]) -> bool:
-    return len(acc.indices) == len(ranks) and all(ix.is_Symbol and str(ix) == r for ix, r in zip(acc.indices, ranks, strict=False))
-
-
-def _scan_fusion(c: Cascade, names: tuple[str, ...], inline: frozenset[str], local: tuple[str, ...]
-                 ) -> tuple[str, ...]:
-    """(E, F, epilogue...) when recurrence E is linear in its state (``E = a * E[i-1] + b``) and read in the
-    group only by a reduction F over E's ranks absent from F (read plainly), by point-wise phases right after
-    F over F's ranks (the epilogue), and by final-state phases (E at the last step): then E's steps are scanned
-    a chunk at a time in registers (tl.associative_scan), F and the epilogue computed per chunk, E stored
-    only if it leaves the group. Else ()."""
-    phases = [n for n in names if n not in inline]
-    for k, en in enumerate(phases):
-        e = c.einsum(en)
-        rec = e.recurrence
-        if rec is None or _linear_split(c, e) is None or k + 1 >= len(phases):
-            continue
-        f = c.einsum(phases[k + 1])
-        if f.recurrence is not None or f.where or rec.rank not in f.out_ranks:
-            continue
-        if not set(f.out_ranks) <= set(e.out_ranks) or len(set(f.out_ranks)) != len(f.out_ranks):
-            continue
-        red = set(e.out_ranks) - set(f.out_ranks)
-        if not _reduction_terms(f, red, e.name) or not all(
-                _plain(a, e.out_ranks) for a in walk(f.expr) if isinstance(a, Access) and a.tensor == e.name):
-            continue
-        epi = []
-        for n2 in phases[k + 2:]:
-            g = c.einsum(n2)
-            if (g.recurrence is not None or g.where or g.reduced_ranks or tuple(g.out_ranks) != tuple(f.out_ranks)
-                    or any(isinstance(x, Reduce) for x in walk(g.expr)) or e.name in _reads_through(c, g, inline)):
-                break
-            ok = all(_plain(a, g.out_ranks) for a in _accesses_through(c, g, inline)
-                     if a.tensor in (f.name, *epi))
-            if not ok:
-                break
-            epi.append(n2)
-        # every other in-group reader of E: final-state phases only; nothing inline reads E
-        fine = True
-        for n2 in names:
-            if n2 in (en, f.name):
-                continue
-            g = c.einsum(n2)
-            accs = [a for a in walk(g.expr) if isinstance(a, Access) and a.tensor == e.name]
-            if not accs:
-                continue
-            if n2 in inline or n2 in epi or not _final_reader(c, e, g, accs):
-                fine = False
-        # readers of F / epilogue outside (F, epilogue) must read memory: fine, F is stored when not local-only
-        if fine:
-            return (e.name, f.name, *epi)
-    return ()
-
-
-def _accesses_through(c: Cascade, e: Einsum, inline: frozenset[str]) -> list[Access]:
-    out, seen, todo = [], set(), [e]
-    while todo:
-        x = todo.pop()
-        for a in walk(x.expr):
-            if isinstance(a, Access):
-                out.append(a)
-                if a.tensor in inline and a.tensor not in seen:
-                    seen.add(a.tensor)
-                    todo.append(c.einsum(a.tensor))
-    return out
-
-
-def _reads_through(c: Cascade, e: Einsum, inline: frozenset[str]) -> set[str]:
-    return {a.tensor for a in _accesses_through(c, e, inline)}
-
-
-def _final_reader(c: Cascade, e: Einsum, g: Einsum, accs: list[Access]) -> bool:
-    rec = e.recurrence
-    others = [r for r in e.out_ranks if r != rec.rank]
-    if g.recurrence is not None or g.where or g.reduced_ranks or sorted(g.out_ranks) != sorted(others):
-        return False
-    if any(isinstance(x, Reduce) for x in walk(g.expr)):
-        return False
-    last = c.rank_sizes[rec.rank] - 1
-    for a in accs:
-        for pos, (ix, r) in enumerate(zip(a.indices, e.out_ranks, strict=False)):
-            if pos == rec.position:
-                b = _bind(ix, {}, c.values)
-                if not (_is_const(b) and int(b) == last):
-                    return False
-            elif not (ix.is_Symbol and str(ix) == r):
-                return False
-    return True
-
-
-def _linear_split(c: Cascade, e: Einsum) -> tuple[list, list] | None:
-    """([(sign, factors without the state)], [(sign, term)]) of ``E = sum a * E[i-1] + sum b``; None otherwise."""
-    rec = e.recurrence
-    a_terms, b_terms = [], []
-    for sign, term, summed in e.terms():
-        if summed or any(isinstance(n, Reduce) for n in walk(term)):
-            return None
-        selfs = [n for n in walk(term) if isinstance(n, Access) and n.tensor == e.name]
-        if not selfs:
-            b_terms.append((sign, term))
-            continue
-        facs = multiplicative_factors(term) or [term]
-        own = [f for f in facs if isinstance(f, Access) and f.tensor == e.name]
-        if len(selfs) != 1 or len(own) != 1:
-            return None
-        acc = own[0]
-        for pos, (ix, r) in enumerate(zip(acc.indices, e.out_ranks, strict=False)):
-            if pos == rec.position:
-                syms = [x for x in ix.free_symbols if str(x) == r]
-                if len(ix.free_symbols) != 1 or not syms or sympy.expand(ix - syms[0]) != -1:
-                    return None
-            elif not (ix.is_Symbol and str(ix) == r):
-                return None
-        a_terms.append((sign, [f for f in facs if f is not acc]))
-    if not a_terms:
-        return None
-    return a_terms, b_terms
-
-
-def _reduction_terms(f: Einsum, red: set[str], state: str) -> bool:
-    """Every term of F sums over exactly ``red`` (implicitly or as one top-level sum_r)."""
-    for _, term, summed in f.terms():
-        if isinstance(term, Reduce):
-            if term.op != "sum" or {term.rank, *summed} != red or len(red) != len(summed) + 1:
-                return False
-            if any(isinstance(n, Reduce) for n in walk(term.arg)):
-                return False
-        elif set(summed) != red or any(isinstance(n, Reduce) for n in walk(term)):
+    for p, (ix, r) in enumerate(zip(acc.indices, e.out_ranks, strict=True)):
+        t = sympy.Symbol(r, integer=True, nonnegative=True)
+        want = t - 1 if p == rec.position else t
+        if sympy.expand(bind(ix, {r: r for r in e.ranks}, values) - want) != 0:
             return False
     return True
 
 
-def group_plan(cascade: Cascade, mapping: Mapping, gi: int, dot_cap: int = GRID_CAP, dot_bk: int = 32,
-               elems: int = GRID_TARGET, dot_swap: bool = False, scan_steps: int = SCAN_STEPS,
-               scan_elems: int = SCAN_ELEMS) -> TritonGroupPlan:
-    base = plan_group(cascade, [tuple(g.einsums) for g in mapping.groups], gi)
-    inline = frozenset(t for t in base.local if _inlinable(cascade.einsum(t)))
-    scratch = tuple(t for t in base.local if t not in inline)
-    names = base.einsums
-    grid = _grid_ranks(cascade, names, inline)
-    scan = _scan_fusion(cascade, names, inline, base.local)
-    # a chunked scan holds scan_steps steps of its state at once: its rows per program scale down alike
-    target = max(1, elems * scan_elems // (GRID_TARGET * scan_steps)) if scan else elems
-    blocks = _blocks(cascade, names, inline, grid, mapping.groups[gi].tiles, dot_cap, scan, target)
-    order = [r for r in reversed(grid)]
-    spec = tuple((r, blocks[r], -(-cascade.rank_sizes[r] // blocks[r])) for r in order)
-    return TritonGroupPlan(gi, names, base.reads, base.writes, scratch, tuple(sorted(inline)), base.aux, spec,
-                           dot_cap=dot_cap, dot_bk=dot_bk, dot_swap=dot_swap, scan=scan, scan_steps=scan_steps,
-                           scan_elems=scan_elems)
+def _emit_scan(ctx: _Ctx, s: Compute, depth: int) -> None:
+    """A recurrence stepping through its rank, its state an ``[outer, inner]`` register tile per block of the
+    outer ranks (read from its buffer, or the initial state, before the first step; written back after the
+    last); its fused readers computed per step, before or after the update as they read it; a recurrence
+    whose buffer keeps its steps stores each."""
+    c = ctx.cascade
+    e = c.einsum(s.einsum)
+    rec = e.recurrence
+    assert rec is not None
+    t = rec.rank
+    if not s.scan and ctx.spec[s.buffer].axes[rec.position].base != "state" and (
+            any(summed for _, _, summed in e.terms()) or any(isinstance(n, Reduce) for n in walk(e.expr))
+            or not all(_own_step(e, a, c.values) for a in distinct_accesses(e) if a.tensor == e.name)):
+        _emit_stepwise(ctx, e, depth)
+        return
+    consumers = {x.einsum: x for x in s.scan}
+    outer, inner, before, after = scan_shape(c, s.einsum, tuple(consumers))
+    ni = math.prod(_bound(ctx, r)[2] for r in inner)
+    bi = _pow2(ni)
+    no = math.prod(_bound(ctx, r)[2] for r in outer)
+    bo = max(1, min(_pow2(no), ctx.opts.block // bi))
+    ctx.emit(depth, f"# scan of {e.name} over {t}: state [{', '.join(outer) or '-'}] x [{', '.join(inner) or '-'}]; "
+                    f"per step {', '.join(consumers) or '-'}")
+    blk = _Block()
+    _, d = _flat_block(ctx, outer, bo, depth, blk, 0, "o")
+    iv = ctx.tmp("iv")
+    ctx.emit(d, f"{iv} = tl.arange(0, {bi})")
+    rem = iv
+    for r in reversed(inner):
+        lo, hi, _ = _bound(ctx, r)
+        n = f"({hi} - {lo})" if lo != "0" else hi
+        ctx.emit(d, f"i_{r}_ = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0" else f"i_{r}_ = {rem} % tl.maximum({n}, 1)")
+        q = ctx.tmp("q")
+        ctx.emit(d, f"{q} = {rem} // tl.maximum({n}, 1)")
+        rem = q
+        blk.rv[r], blk.axis[r] = f"i_{r}_", 1
+    blk.lanes[1] = [f"{iv} < {' * '.join(f'({h} - {l0})' for l0, h, _ in (_bound(ctx, r) for r in inner)) or '1'}"]
+    _place(blk, outer, 0, 2)
+    _place(blk, inner, 1, 2)
+    blk.shape = (bo, bi)
+    own = ctx.spec[s.buffer]
+    tlo, thi, tmax = _bound(ctx, t)
+    pos = rec.position
+    state_row = own.axes[pos].base == "state"
+    st = ctx.tmp("st")
+    lane = blk.lane({0, 1})
 
+    def own_idx(step: str) -> list[str]:
+        return [(step if r == t else blk.rv[r]) for r in e.out_ranks]
 
-def group_source(cascade: Cascade, mapping: Mapping, plan: TritonGroupPlan, dtype: str,
-                 precision: str, interpret: bool = False) -> str:
-    """Module text with one ``kernel`` for the group; raises Unsupported when it cannot be lowered."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"matmul_precision must be one of {PRECISIONS}, got {precision!r}")
-    if mapping.groups[plan.index].recompute:
-        raise Unsupported(f"recompute of {', '.join(mapping.groups[plan.index].recompute)}")
-    c = cascade
-    ptr = {t: f"p_{t}" for t in plan.params}
-    em = _Emitter(c, ptr, frozenset(plan.inline), "tl.float64" if dtype == "float64" else "tl.float32", precision,
-                  interpret=interpret)
-    grid = {r: b for r, b, _ in plan.grid}
-    em.emit(0, f"# group {plan.index}: {', '.join(plan.einsums)}")
-    em.emit(0, f"# grid: {', '.join(f'{r}/{b}' for r, b, _ in plan.grid) or 'one program'}; "
-               f"inlined: {', '.join(plan.inline) or '-'}; scratch: {', '.join(plan.scratch) or '-'}")
-    em.emit(0, "@triton.jit")
-    em.emit(0, f"def kernel({', '.join(ptr[t] for t in plan.params)}):")
-    em.emit(1, "pid = tl.program_id(0)")
-    for r, b, n in plan.grid:
-        em.emit(1, f"base_{r} = (pid % {n}) * {b}")
-        em.emit(1, f"pid = pid // {n}")
-    em.dot_cap, em.dot_bk, em.dot_swap = plan.dot_cap, plan.dot_bk, plan.dot_swap
-    em.scan_steps, em.scan_elems = plan.scan_steps, plan.scan_elems
-    dots = []
-    phases = [n for n in plan.einsums if n not in plan.inline]
-    finals: list[str] = []
-    if plan.scan:
-        en = plan.scan[0]
-        finals = [n for n in phases if n not in plan.scan and any(
-            isinstance(a, Access) and a.tensor == en for a in walk(c.einsum(n).expr))]
-        phases = [n for n in phases if n not in finals and n not in plan.scan[1:]]
-    for k, name in enumerate(phases):
-        e = c.einsum(name)
-        em.emit(1, f"# {e.text}")
-        plans = _dot_plans(c, e, grid, dtype)
-        if plan.scan and name == plan.scan[0]:
-            for x in plan.scan[1:] + tuple(finals):
-                em.emit(1, f"# {c.einsum(x).text}")
-            _emit_scan(em, plan, grid, finals, 1)
-        elif e.recurrence is not None:
-            _emit_recurrence(em, e, grid, 1)
-        elif plans is not None:
-            _emit_dot(em, e, grid, plans, 1)
-            dots.append(name)
+    bases = list(ctx.base[s.buffer])
+    prev = "0" if state_row else f"{tlo} - 1"
+    if state_row:
+        bases[pos] = None
+    saved_base = ctx.base[s.buffer]
+    ctx.base[s.buffer] = bases
+    first = _load(ctx, s.buffer, own_idx(prev), f"{lane} & ({tlo} > 0)", d, [bo, bi])
+    init = ctx.init_buf.get((-1,))
+    if init is not None:
+        rest = [blk.rv[r] for r in e.out_ranks if r != t]
+        start = _load(ctx, init, rest, f"{lane} & ({tlo} == 0)", d, [bo, bi])
+        ctx.emit(d, f"{st} = {first} + {start} + tl.zeros([{bo}, {bi}], {ctx.dt})")
+    else:
+        ctx.emit(d, f"{st} = {first} + tl.zeros([{bo}, {bi}], {ctx.dt})")
+    it = ctx.tmp("t")
+    ctx.emit(d, f"for {it} in range({tmax}):")
+    body = d + 1
+    ctx.emit(body, f"i_{t} = {tlo} + {it}")
+    step = _Block(dict(blk.rv), dict(blk.axis), {a: list(m) for a, m in blk.lanes.items()}, blk.shape)
+    step.rv[t], step.axis[t] = f"i_{t}", None
+    step.lanes[None] = [f"i_{t} < {thi}"]
+
+    def consumer(name: str) -> None:
+        x = consumers[name]
+        ce = c.einsum(name)
+        keep = (ctx.read_buf, ctx.init_buf, ctx.cur, ctx.out)
+        ctx.read_buf, ctx.init_buf, ctx.cur, ctx.out = dict(x.reads), dict(x.inits), [name], x.buffer
+        ctx.emit(body, f"# {ce.text}")
+        terms = []
+        for sign, term, summed in ce.terms():
+            while isinstance(term, Reduce) and term.op == "sum":  # an explicit sum: as the implicit one
+                summed, term = summed | {term.rank}, term.arg
+            if any(isinstance(n, Reduce) for n in walk(term)):
+                raise Unsupported(f"scan reader {name} with a nested reduction")
+            terms.append((sign, term, summed))
+        if not any(sm for _, _, sm in terms):
+            _store_out(ctx, ce, step, _terms_of(ctx, terms, step, body), body, x.accumulate is not None)
         else:
-            _emit_pointwise(em, e, grid, 1)
-        if k + 1 < len(phases):
-            em.emit(1, "tl.debug_barrier()")
-    plan.dot_einsums = tuple(dots)
-    return PRELUDE + "\n" + "\n".join(em.lines) + "\n"
+            if set(inner) & set(ce.out_ranks) or any(sm and sm != set(inner) for _, _, sm in terms):
+                raise Unsupported(f"scan reader {name} sums part of the state's inner ranks")
+            total = ""
+            for sign, term, summed in terms:
+                v = _node(ctx, term, step, body)
+                pick = step.lane({0, 1}) if summed else f"{step.lane({0, 1})} & (({iv}) == 0)[None, :]"
+                red = ctx.var(body, f"tl.sum(tl.where({pick}, {v}, 0.0), axis=1)", "y")
+                total = (red if sign > 0 else f"(-{red})") if not total else f"{total} {'+' if sign > 0 else '-'} {red}"
+            one = _Block({r: v for r, v in step.rv.items()}, dict(step.axis),
+                         {None: step.lanes[None], 0: [f"tl.reshape({m}, [{bo}])" for m in step.lanes[0]]}, (bo,))
+            for r in outer:
+                one.rv[r] = f"tl.reshape({step.rv[r]}, [{bo}])"
+            _store_out(ctx, ce, one, ctx.var(body, total), body, x.accumulate is not None)
+        ctx.read_buf, ctx.init_buf, ctx.cur, ctx.out = keep
+
+    ctx.state = (e.name, st)
+    for name in before:
+        consumer(name)
+    ctx.emit(body, f"# {e.text}")
+    new = _terms(ctx, e, step, body)
+    if e.where:
+        new = ctx.var(body, f"tl.where({_mask_code(ctx, e, step.rv)}, {new}, 0.0)")
+    ctx.emit(body, f"{st} = tl.where(i_{t} < {thi}, {new}, {st})")
+    if not state_row:  # the buffer keeps the steps: this one too
+        ctx.base[s.buffer] = saved_base
+        ptr = f"{ctx.bufvar[s.buffer]} + {_offset(own_idx(f'i_{t}'), saved_base, own.shape)} + tl.zeros([{bo}, {bi}], tl.int32)"
+        ctx.emit(body, f"tl.store({ptr}, {st}, mask={step.lane({0, 1})})")
+    for name in after:
+        consumer(name)
+    ctx.state = None
+    if state_row:  # the last step back to its buffer: the next tile starts from it, a final state reads it
+        ptr = f"{ctx.bufvar[s.buffer]} + {_offset(own_idx('0'), bases, own.shape)} + tl.zeros([{bo}, {bi}], tl.int32)"
+        ctx.emit(d, f"tl.store({ptr}, {st}, mask={lane} & ({thi} > {tlo}))")
+    ctx.base[s.buffer] = saved_base
 
 
-__all__ = ["PRECISIONS", "TritonGroupPlan", "Unsupported", "group_plan", "group_source", "multiplicative_factors"]
+def _emit_stepwise(ctx: _Ctx, e: Einsum, depth: int) -> None:
+    """A recurrence one step at a time, each step a point-wise block over its other ranks reading the earlier
+    steps from its buffer (the initial state before step 0); a barrier between steps."""
+    rec = e.recurrence
+    assert rec is not None
+    t = rec.rank
+    tlo, thi, tmax = _bound(ctx, t)
+    it = ctx.tmp("t")
+    ctx.emit(depth, f"# {e.text}: step by step over {t}")
+    ctx.emit(depth, f"for {it} in range({tmax}):")
+    ctx.emit(depth + 1, f"i_{t} = {tlo} + {it}")
+    _emit_pointwise(ctx, e, depth + 1, e.terms(), False, {t: (f"i_{t}", f"i_{t} < {thi}")})
+    ctx.emit(depth + 1, "tl.debug_barrier()")
+
+
+def _compute(ctx: _Ctx, s: Compute, depth: int) -> None:
+    c = ctx.cascade
+    e = c.einsum(s.einsum)
+    ctx.cur, ctx.path, ctx.out = [s.einsum], (), s.buffer
+    ctx.read_buf, ctx.init_buf = dict(s.reads), dict(s.inits)
+    ctx.bounds = {}
+    for r, x in ctx.ranges[s.einsum].items():
+        if x.loop is not None:
+            lo, hi = ctx.names.range_code(x)
+            ctx.emit(depth, f"lo_{r} = {lo}")
+            ctx.emit(depth, f"hi_{r} = {hi}")
+            ctx.bounds[r] = (f"lo_{r}", f"hi_{r}")
+    used = {s.buffer, *(b for _, b in s.reads), *(b for _, b in s.inits)}
+    for x in s.scan:
+        used |= {x.buffer, *(b for _, b in x.reads), *(b for _, b in x.inits)}
+    ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(used)}
+    for x in (s, *s.scan):  # partial sums: zeroed on the reduction loop's first tile
+        if x.accumulate is not None:
+            ctx.out, ctx.cur = x.buffer, [x.einsum]
+            ctx.emit(depth, f"if {ctx.names.first(x.accumulate)}:")
+            _emit_pointwise(ctx, c.einsum(x.einsum), depth + 1, [], False)
+            ctx.emit(depth, "tl.debug_barrier()")
+    ctx.out, ctx.cur = s.buffer, [s.einsum]
+    if e.recurrence is not None:
+        _emit_scan(ctx, s, depth)
+        return
+    _emit_einsum(ctx, e, depth, s.accumulate is not None)
+
+
+# ---- data movement ----------------------------------------------------------------------------
+
+
+def _copy(ctx: _Ctx, stmt: Load | Store, depth: int) -> None:
+    """A box between an off-chip tensor and a buffer in flat blocks; with COUNT, the elements it moved."""
+    c = ctx.cascade
+    b = ctx.spec[stmt.buffer]
+    names = []
+    for ax in stmt.box:
+        name = ctx.tmp("q")
+        for line in ctx.names.box_code(ax, ctx.ranges, name):
+            ctx.emit(depth, line)
+        names.append(name)
+    if isinstance(stmt, Load) and stmt.slides is not None:
+        q = names[stmt.slides]
+        prev = f"ld_{ctx.bufvar[stmt.buffer]}"
+        ctx.emit(depth, f"{q}_lo = tl.where({ctx.names.first(stmt.slide_loop)}, {q}_lo, tl.maximum({q}_lo, {prev} + 1))")
+        ctx.emit(depth, f"{prev} = {q}_hi")
+    bases = _base_code(ctx, b, depth)
+    ns = [f"tl.maximum({q}_hi - {q}_lo + 1, 0)" for q in names]
+    cnt = ctx.var(depth, " * ".join(ns) or "1", "n")
+    blk = min(_pow2(b.elements), ctx.opts.block)
+    f0, fv, moved = ctx.tmp("c"), ctx.tmp("cv"), ctx.tmp("mv")
+    ctx.emit(depth, f"{moved} = tl.full([], 0, tl.int64)")
+    ctx.emit(depth, f"for {f0} in range(0, {b.elements}, {blk}):")
+    d = depth + 1
+    ctx.emit(d, f"{fv} = {f0} + tl.arange(0, {blk})")
+    lane = ctx.var(d, f"{fv} < {cnt}", "m")
+    rem = fv
+    offs = []
+    for q, n in zip(reversed(names), reversed(ns), strict=True):
+        a = ctx.var(d, f"{rem} % tl.maximum({n}, 1)", "a")
+        offs.append(f"{q}_lo + {a}")
+        rem = ctx.var(d, f"{rem} // tl.maximum({n}, 1)", "r")
+    offs = offs[::-1]
+    shape = c.shape(stmt.tensor)
+    wide = math.prod(shape) >= 2**31
+    gl = " + ".join((f"({o}).to(tl.int64) * {st}" if wide else f"({o}) * {st}") for o, st in zip(offs, _strides(shape),
+                                                                                              strict=True)) or "0"
+    src = f"{ctx.params[stmt.tensor]} + {gl}"
+    dst = f"{ctx.bufvar[stmt.buffer]} + {_offset([f'({o})' for o in offs], bases, b.shape)}"
+    if isinstance(stmt, Load):
+        ctx.emit(d, f"tl.store({dst}, tl.load({src}, mask={lane}), mask={lane})")
+    else:
+        ctx.emit(d, f"tl.store({src}, tl.load({dst}, mask={lane}), mask={lane})")
+    ctx.emit(d, "if COUNT:")
+    ctx.emit(d + 1, f"{moved} += tl.sum({lane}.to(tl.int64), axis=0)")
+    ctx.emit(depth, "if COUNT:")
+    ctx.emit(depth + 1, f"tl.atomic_add(tc + {ctx.slot[stmt.tensor] + (1 if isinstance(stmt, Store) else 0)}, {moved})")
+
+
+def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
+    """A window's kept rows moved to its front at a new tile (ascending blocks: a row is read before any
+    write reaches it); its first tile starts afresh."""
+    b = ctx.spec[s.buffer]
+    ax = b.axes[s.axis]
+    name = ctx.tmp("w")
+    for line in ctx.names.box_code(ax.box, ctx.ranges, name):
+        ctx.emit(depth, line)
+    wb = f"wb_{ctx.bufvar[b.name]}_{s.axis}"
+    ctx.emit(depth, f"{name} = tl.maximum({name}_hi + 1 - {ax.extent}, 0)")
+    ctx.emit(depth, f"if not {ctx.names.first(s.loop)}:")
+    d = depth + 1
+    dist = ctx.var(d, f"{name} - {wb}", "dd")
+    stride = _strides(b.shape)[s.axis]
+    blk = min(_pow2(b.elements), ctx.opts.block)
+    f0, fv = ctx.tmp("c"), ctx.tmp("cv")
+    ctx.emit(d, f"for {f0} in range(0, {b.elements}, {blk}):")
+    ctx.emit(d + 1, f"{fv} = {f0} + tl.arange(0, {blk})")
+    row = f"({fv} // {stride}) % {ax.extent}"
+    mask = ctx.var(d + 1, f"({fv} < {b.elements}) & ({row} + {dist} < {ax.extent})", "m")
+    v = ctx.tmp()
+    ctx.emit(d + 1, f"{v} = tl.load({ctx.bufvar[b.name]} + {fv} + {dist} * {stride}, mask={mask})")
+    ctx.emit(d + 1, "tl.debug_barrier()")
+    ctx.emit(d + 1, f"tl.store({ctx.bufvar[b.name]} + {fv}, {v}, mask={mask})")
+    ctx.emit(d + 1, "tl.debug_barrier()")
+    ctx.emit(depth, f"{wb} = {name}")
+
+
+def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
+    """Print statements; ``inside``: how many of the grid loops enclose them."""
+    g = ctx.sched
+    for s in body:
+        if isinstance(s, LoopBlock):
+            lp = g.loops[s.loop]
+            j = s.loop
+            if j < g.grid:  # a program of the grid: t{j} set from the program id
+                ctx.emit(depth, f"# {lp.rank} in tiles of {lp.tile}: the program grid")
+                d = depth
+            else:
+                ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
+                d = depth + 1
+            ctx.emit(d, f"lo{j} = t{j} * {lp.tile}")
+            ctx.emit(d, f"hi{j} = tl.minimum(lo{j} + {lp.tile}, {lp.extent})")
+            ctx.emit(d, f"f{j} = t{j} == 0")
+            _statements(ctx, s.body, d, inside + (j < g.grid))
+            continue
+        if inside < g.grid:
+            raise Unsupported("a statement outside the program grid")
+        if isinstance(s, Load):
+            if s.first_of is not None:
+                ctx.emit(depth, f"if {ctx.names.first(s.first_of)}:")
+                _copy(ctx, s, depth + 1)
+            else:
+                _copy(ctx, s, depth)
+        elif isinstance(s, Store):
+            if s.guard:
+                ctx.emit(depth, f"if {' & '.join(f'({ctx.names.first(j)})' for j in s.guard)}:")
+                _copy(ctx, s, depth + 1)
+            else:
+                _copy(ctx, s, depth)
+        elif isinstance(s, Shift):
+            _shift(ctx, s, depth)
+        elif isinstance(s, Compute):
+            _compute(ctx, s, depth)
+        ctx.emit(depth, "tl.debug_barrier()")
+
+
+@dataclass(frozen=True)
+class TritonKernel:
+    """One group's kernel source and what launching it needs."""
+
+    source: str
+    params: tuple[str, ...]
+    programs: int
+    arena: int  # elements of one program's slice of the scratch arena
+    dots: int  # contractions printed as tl.dot
+
+
+def group_kernel_source(cascade: Cascade, g: GroupSchedule, dtype: str, opts: TritonOptions = TritonOptions()
+                        ) -> TritonKernel:
+    """The module text of one group's kernel: ``kernel(*tensors, arena, tc, PID0, COUNT)``.
+
+    Program ``PID0 + program_id`` runs; its buffers are the slice ``program_id`` of ``arena`` (a launch
+    may cover part of the grid, reusing the arena). ``tc`` (int64) counts the elements each load
+    (slot ``2*i``) and store (``2*i + 1``) of parameter ``i`` moved, when ``COUNT``."""
+    if opts.precision not in PRECISIONS:
+        raise ValueError(f"matmul_precision must be one of {PRECISIONS}, got {opts.precision!r}")
+    if dtype not in ("float32", "float64"):
+        raise Unsupported(f"dtype {dtype}")
+    params = g.params
+    ctx = _Ctx(cascade, g, dtype, opts)
+    ctx.params = {t: f"x{i}" for i, t in enumerate(params)}
+    ctx.slot = {t: 2 * i for i, t in enumerate(params)}
+    ctx.spec = {b.name: b for b in g.buffers}
+    ctx.bufvar = {b.name: f"b{i}" for i, b in enumerate(g.buffers)}
+    ctx.ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in g.ranges.items()}
+    ctx.inline = frozenset(m for m, _ in g.inline)
+    arena = max(1, g.arena_elements)
+    ctx.emit(0, f"# group {g.index}: {', '.join(g.einsums)}")
+    ctx.emit(0, "@triton.jit")
+    ctx.emit(0, f"def kernel({', '.join([*ctx.params.values(), 'arena', 'tc', 'PID0', 'COUNT: tl.constexpr'])}):")
+    ctx.emit(1, "pid = PID0 + tl.program_id(0)")
+    ctx.emit(1, f"ab = arena + tl.program_id(0).to(tl.int64) * {arena}")
+    rest = "pid"
+    for j in reversed(range(g.grid)):
+        lp = g.loops[j]
+        ctx.emit(1, f"t{j} = {rest} % {lp.trips}")
+        ctx.emit(1, f"g{j} = {rest} // {lp.trips}")
+        rest = f"g{j}"
+    for b in g.buffers:
+        ctx.emit(1, f"{ctx.bufvar[b.name]} = ab + {b.offset}")
+        for i, ax in enumerate(b.axes):
+            if ax.base == "window":
+                ctx.emit(1, f"wb_{ctx.bufvar[b.name]}_{i} = tl.full([], 0, tl.int32)")
+    for s, _ in g.statements():
+        if isinstance(s, Load) and s.slides is not None:
+            ctx.emit(1, f"ld_{ctx.bufvar[s.buffer]} = tl.full([], -1, tl.int32)")
+    _statements(ctx, g.body, 1)
+    return TritonKernel(PRELUDE + "\n" + "\n".join(ctx.lines) + "\n", params, g.programs, arena, ctx.dots)
+
+
+__all__ = ["PRECISIONS", "TRITON_INDEX", "TritonKernel", "TritonOptions", "Unsupported", "group_kernel_source"]

@@ -1,35 +1,88 @@
-"""``verify``: run a mapping for real and hold it to the reference and the cost model.
+"""``verify``: run a mapping's schedule on a backend and hold it to the reference and the cost model.
 
-The fused executor and the reference interpreter run on the same random
-inputs; the outputs must agree (float64 to ~1e-10, float32 to ~1e-4, relative
-to each output's scale) and the bytes the executor counted moving between its
-off-chip arrays and its on-chip buffers must equal the cost model's
-prediction for that mapping on that architecture, to the byte.
+The mapping (a file, the arch's optimum, or the unfused baseline) is priced by the cost model, whose
+report carries the lowered schedule; the backend prints and runs that same schedule. The reference
+and the backend run on the same random inputs; the outputs must agree relative to each output's
+scale (float64 to 1e-10, float32 to the backend's tolerance), and the bytes the backend's load and
+store statements counted as they ran must equal the prediction, tensor by tensor.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mambalaya.arch import Arch, load_arch
+from mambalaya.cost.heuristics import unfused_baseline
 from mambalaya.cost.model import evaluate
+from mambalaya.exec.backend import RunResult, get_backend
+from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.ir.cascade import Cascade
-from mambalaya.ir.mapping import Mapping, load_mapping, unfused_mapping
+from mambalaya.ir.mapping import Mapping, load_mapping
 
 #: The architecture whose buffer decides residency when none is named.
 DEFAULT_ARCH = "mambalaya"
+#: Largest error relative to an output's largest magnitude that passes, per dtype.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
-def choose_mapping(cascade: Cascade, arch: Arch | None, mapping_file: str | Path | None) -> tuple[Mapping, str]:
-    """The mapping to run and where it came from: a file, an arch's optimum, or unfused."""
+def choose_mapping(cascade: Cascade, arch: Arch, mapping_file: str | Path | None, optimal: bool) -> tuple[Mapping, str]:
+    """The mapping to run and where it came from: a file, the arch's optimum, or the unfused baseline."""
     if mapping_file is not None:
         return load_mapping(mapping_file).validate(cascade), f"file {mapping_file}"
-    if arch is not None:
+    if optimal:
         from mambalaya.mapper import optimal_mapping
 
         return optimal_mapping(cascade, arch).mapping, f"optimal for {arch.name}"
-    return unfused_mapping(cascade), "unfused"
+    return unfused_baseline(cascade, arch), f"unfused baseline for {arch.name}"
+
+
+def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[float, float, str | None]:
+    """(max abs error, max error relative to each tensor's largest finite magnitude, worst tensor)."""
+    max_abs = max_rel = 0.0
+    worst = None
+    for name, want in ref.items():
+        want = np.asarray(want, dtype=np.float64)
+        have = np.asarray(got[name], dtype=np.float64)
+        same = (have == want) | (np.isnan(have) & np.isnan(want))  # equal infinities and NaNs agree
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(have - want))
+        if not diff.size:
+            continue
+        err = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
+        scale = max(float(np.max(np.abs(np.where(np.isfinite(want), want, 0.0)))), 1.0)
+        max_abs = max(max_abs, err)
+        if err / scale > max_rel or worst is None:
+            max_rel, worst = max(max_rel, err / scale), name
+    return max_abs, max_rel, worst
+
+
+class Progress:
+    """One line per step on a terminal's stderr (a spinner while it runs); silent when not a terminal."""
+
+    def __init__(self, show: bool | None = None) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.show = self.console.is_terminal if show is None else show
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        if self.show:
+            with self.console.status(f"{what} ..."):
+                yield
+        else:
+            yield
+        dt = self.seconds[what] = time.perf_counter() - t0
+        if self.show:
+            self.console.print(f"[dim]{what}: {dt:.1f} s[/dim]")
 
 
 def verify_mapping(
@@ -40,49 +93,72 @@ def verify_mapping(
     backend: str = "numba",
     dtype: str = "float64",
     seed: int = 0,
-    matmul_precision: str = "fp32",
+    optimal: bool | None = None,
+    progress: bool | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
-    """The ``verify --json`` object: ``ok``, ``max_abs_err``, predicted and counted traffic.
+    """The ``verify --json`` object: ``ok``, errors, predicted and counted traffic (total and per tensor).
 
-    ``matmul_precision`` (fp32, tf32, bf16) is the Triton backend's tl.dot operand precision; its
-    tolerance follows it (``triton_backend.TOLERANCES``)."""
+    With ``arch`` and neither a mapping nor a file, the arch's optimal mapping runs (``optimal=False``: its
+    unfused baseline); with neither, the unfused baseline on :data:`DEFAULT_ARCH`. ``options`` go to the
+    backend (Triton: ``matmul_precision``)."""
+    steps = Progress(progress)
     arch_obj = load_arch(arch) if isinstance(arch, str) else arch
-    if mapping is None:
-        mapping, source = choose_mapping(cascade, arch_obj, mapping_file)
-    else:
+    if mapping is not None:
         source = "given"
     if arch_obj is None:
-        named = mapping.arch if mapping.arch else DEFAULT_ARCH
-        arch_obj = load_arch(named)
-    predicted = evaluate(cascade, arch_obj, mapping)
-    if backend == "triton":
-        from mambalaya.exec.triton_backend import verify_triton
+        named = mapping.arch if mapping is not None and mapping.arch else None
+        if named is None and mapping_file is not None:
+            named = load_mapping(mapping_file).arch or None
+        arch_obj = load_arch(named or DEFAULT_ARCH)
+        optimal = bool(optimal)
+    engine = get_backend(backend)
+    why = engine.available()
+    if why is not None:
+        from mambalaya.errors import MambalayaError
 
-        run = verify_triton(cascade, mapping, seed=seed, dtype=dtype, matmul_precision=matmul_precision)
-    else:
-        from mambalaya.exec.fused import verify
-
-        run = verify(cascade, mapping, seed=seed, dtype=dtype, buffer_bytes=arch_obj.fusion_buffer_bytes,
-                     weights_resident=arch_obj.weights_resident)
-    counted = run.get("traffic_counted_bytes")
-    traffic_ok = counted is None or counted == predicted.traffic_bytes
+        raise MambalayaError(f"the {backend} backend cannot run here: {why}")
+    if mapping is None:
+        with steps.step(f"mapping for {arch_obj.name}"):
+            mapping, source = choose_mapping(cascade, arch_obj, mapping_file, optimal is not False)
+    with steps.step("lowering and pricing"):
+        predicted = evaluate(cascade, arch_obj, mapping)
+    inputs = random_inputs(cascade, seed)
+    with steps.step("reference"):
+        ref = run_reference(cascade, inputs, dtype, keep="outputs")
+    with steps.step(f"compiling ({backend})"):
+        program = engine.compile(cascade, predicted.schedule, dtype, **options)
+    with steps.step(f"running ({backend})"):
+        run: RunResult = engine.run(program, inputs)
+    max_abs, max_rel, worst = compare(ref, run.outputs)
+    tol = getattr(engine, "tolerance", lambda d, **o: TOLERANCE[d])(dtype, **options)
+    numerics_ok = max_rel <= tol
+    want = _by_tensor(predicted)
+    got = {t: v["read"] + v["write"] for t, v in run.moved.items() if v["read"] + v["write"]}
+    traffic_ok = want == got
     return {
-        "ok": bool(run["ok"] and traffic_ok),
-        "numerics_ok": bool(run["ok"]),
+        "ok": bool(numerics_ok and traffic_ok),
+        "numerics_ok": bool(numerics_ok),
         "traffic_ok": bool(traffic_ok),
-        "max_abs_err": run["max_abs_err"],
-        "max_rel_err": run.get("max_rel_err"),
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
+        "tolerance": tol,
+        "worst_tensor": worst,
         "dtype": dtype,
         "backend": backend,
         "arch": arch_obj.name,
         "mapping_source": source,
         "groups": mapping.group_lists,
         "traffic_predicted_bytes": predicted.traffic_bytes,
-        "traffic_counted_bytes": counted,
-        "traffic_predicted_by_tensor": _by_tensor(predicted),
-        "traffic_counted_by_tensor": run.get("traffic_by_tensor"),
-        **({"matmul_precision": matmul_precision, "tolerance": run.get("tolerance"),
-            "fallbacks": run.get("fallbacks", [])} if backend == "triton" else {}),
+        "traffic_counted_bytes": run.traffic_bytes,
+        "traffic_predicted_by_tensor": want,
+        "traffic_counted_by_tensor": got,
+        "occupancy_bytes": [g.occupancy_bytes for g in predicted.schedule.groups],
+        "capacity_bytes": arch_obj.fusion_buffer_bytes,
+        "fallbacks": [{"group": i, "reason": r} for i, r in run.fallbacks],
+        "compile_s": run.compile_s + steps.seconds[f"compiling ({backend})"],
+        "run_s": run.run_s,
+        "steps_s": steps.seconds,
     }
 
 
@@ -90,4 +166,7 @@ def _by_tensor(report) -> dict[str, int]:
     out: dict[str, int] = {}
     for row in report.traffic.rows:
         out[row.tensor] = out.get(row.tensor, 0) + row.bytes
-    return out
+    return {t: b for t, b in out.items() if b}
+
+
+__all__ = ["DEFAULT_ARCH", "TOLERANCE", "Progress", "choose_mapping", "compare", "verify_mapping"]

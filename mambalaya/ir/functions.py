@@ -4,7 +4,7 @@ A row gives a function's name and arity, the operation kind the cost model charg
 ``exp`` may run on a special unit; ``neg`` is an add), its reference implementation (numpy,
 float64-exact as far as numpy is), and its code in each kernel generator: a template over its
 arguments' code (``{0}``, ``{1}``) for Numba (float64 and, where it differs, float32) and for
-Triton. Templates may call the helpers of a generator's prelude (``_exp``, ``_sigmoid`` ...).
+Triton (float32 and, where it differs, float64). Templates may call the helpers of a generator's prelude (``_exp``, ``_sigmoid`` ...).
 Adding a function is adding a row here: the parser, the cost model, the reference interpreter
 and both generators read this table, and a test checks that every row is complete.
 """
@@ -33,12 +33,13 @@ class Function:
     numba: str  # template over the arguments' code (float64 kernels)
     triton: str
     numba32: str | None = None  # the float32 kernels' template, where it differs
+    triton64: str | None = None  # the float64 kernels' template, where it differs
 
     def numba_code(self, args: list[str], float32: bool = False) -> str:
         return (self.numba32 if float32 and self.numba32 else self.numba).format(*args)
 
-    def triton_code(self, args: list[str]) -> str:
-        return self.triton.format(*args)
+    def triton_code(self, args: list[str], float64: bool = False) -> str:
+        return (self.triton64 if float64 and self.triton64 else self.triton).format(*args)
 
 
 FUNCTIONS: dict[str, Function] = {
@@ -52,8 +53,10 @@ FUNCTIONS: dict[str, Function] = {
                  "({0} * _sigmoid({0}))"),
         Function("sigmoid", 1, "sigmoid", "1 / (1 + e**-x)", _sigmoid, "_sigmoid({0})", "_sigmoid({0})"),
         Function("rsqrt", 1, "rsqrt", "1 / sqrt(x)", lambda x: 1.0 / np.sqrt(x), "(1.0 / np.sqrt({0}))",
-                 "(1.0 / tl.sqrt_rn({0}))"),
-        Function("sqrt", 1, "sqrt", "square root", np.sqrt, "np.sqrt({0})", "tl.sqrt_rn({0})"),
+                 "(1.0 / tl.sqrt_rn({0}))",
+                 triton64="(1.0 / tl.sqrt({0}))"),
+        Function("sqrt", 1, "sqrt", "square root", np.sqrt, "np.sqrt({0})", "tl.sqrt_rn({0})",
+                 triton64="tl.sqrt({0})"),
         Function("neg", 1, "add", "-x", np.negative, "(-{0})", "(-{0})"),
         Function("abs", 1, "max", "|x|", np.abs, "abs({0})", "tl.abs({0})"),
         Function("relu", 1, "max", "max(x, 0)", lambda x: np.maximum(x, 0.0), "_maximum({0}, 0.0)",

@@ -4,18 +4,23 @@ Within-layer groups cost the same in every layer (the traffic rule sees the same
 consumers), so the one-layer space is built once and copied per layer; groups that cross a layer
 boundary (out_proj of one layer with the in_proj of the next, the decode adapter) are enumerated
 once on a two-layer chain, up to ``max_cross`` Einsums, and copied per boundary. The chain's cost
-context answers buffer needs and group analyses from those two spaces too (:class:`_Relative`), so
-costing the chosen mapping never analyses the whole chain (64 layers: 1669 edges through sympy).
+context answers group analyses from those two spaces too (:class:`_Relative`: their loop models under
+the chain's names), so lowering the chosen mapping never analyses the whole chain (64 layers: 1669
+edges through sympy).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mambalaya.analysis.candidates import candidate_groups
+from mambalaya.analysis.groups import LoopModel
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
+from mambalaya.ir.expr import accesses
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.mapper.space import Candidate, Rejected, Space, _Choice, _Coster, _Dominated, build_space
 
@@ -31,8 +36,23 @@ def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
 class _Relative:
     """Maps a chained group to the one- or two-layer coster it was costed with, and its names there."""
 
-    def __init__(self, layer: Cascade, one: _Coster, two: _Coster | None) -> None:
+    def __init__(self, layer: Cascade, chained: Cascade, one: _Coster, two: _Coster | None) -> None:
         self.within, self.one, self.two = set(layer.einsum_names), one, two
+        self.chained = chained
+
+    def tensors(self, rel: tuple[str, ...], members: tuple[str, ...]) -> dict[str, str]:
+        """Relative tensor name -> chained one, for every tensor the relative members read or write."""
+        coster = self(members)
+        assert coster is not None
+        rc, cc = coster[0].cascade, self.chained
+        out: dict[str, str] = {}
+        for r, m in zip(rel, members, strict=True):
+            for acc_r, acc_m in zip(accesses(rc.einsum(r).expr), accesses(cc.einsum(m).expr), strict=True):
+                out[acc_r.tensor] = acc_m.tensor
+            er, em = rc.einsum(r).recurrence, cc.einsum(m).recurrence
+            if er is not None and er.init and em is not None and em.init:
+                out[er.init] = em.init
+        return out
 
     def __call__(self, members: tuple[str, ...]) -> tuple[_Coster, tuple[str, ...]] | None:
         """None for a group no space produced (it spans more than two layers)."""
@@ -50,6 +70,17 @@ class _Relative:
         return self.two, tuple(layer_name(b, k) for b, k in rel)
 
 
+@dataclass(frozen=True)
+class _Renamed:
+    """A one- or two-layer group's analysis seen under the chain's names."""
+
+    einsums: tuple[str, ...]
+    legal: bool
+    reasons: tuple[str, ...]
+    loop_order: tuple[str, ...]
+    loops: LoopModel
+
+
 class _ChainAnalysis(GroupAnalysis):
     """The chain's group analyses, read off the one- and two-layer ones (groups are renamed copies:
     same loops, ranks and buffers); a group spanning more layers gets the whole chain's analysis."""
@@ -59,12 +90,23 @@ class _ChainAnalysis(GroupAnalysis):
         self._full: GroupAnalysis | None = None
 
     def analyze(self, einsums: tuple[str, ...] | list[str]):
-        rel = self._relative(tuple(einsums))
-        if rel is not None:
-            return rel[0].analyse(rel[1])
-        if self._full is None:
-            self._full = GroupAnalysis(self.cascade)
-        return self._full.analyze(einsums)
+        key = tuple(sorted(einsums))
+        got = self._cache.get(key)
+        if got is not None:
+            return got
+        members = tuple(sorted(einsums, key=self.cascade.einsum_names.index))
+        rel = self._relative(members)
+        if rel is None:
+            if self._full is None:
+                self._full = GroupAnalysis(self.cascade)
+            got = self._full.analyze(einsums)
+        else:
+            cg = rel[0].analyse(rel[1])
+            names = dict(zip(rel[1], members, strict=True))
+            names.update(self._relative.tensors(rel[1], members))
+            got = _Renamed(members, cg.legal, cg.reasons, cg.loop_order, cg.loops.renamed(names))
+        self._cache[key] = got
+        return got
 
 
 def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
@@ -128,17 +170,9 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
                 cands.append(Candidate(names, g, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes, ch.compute_s,
                                        ch.transfers))
         evaluations += coster.evaluations
-    relative = _Relative(layer, one.coster, coster)  # type: ignore[arg-type]
+    relative = _Relative(layer, chained, one.coster, coster)  # type: ignore[arg-type]
     analysis = _ChainAnalysis(chained, relative)
-
-    def chained_need(group: FusionGroup) -> int:
-        """A chained group's buffer need from the analysis it was costed with (the same numbers)."""
-        rel = relative(tuple(group.einsums))
-        if rel is None:
-            return analysis.buffer_bytes(group)
-        return rel[0].need(rel[1]).at(group.tiles)
-
-    ctx = CostContext(chained, arch, buffer_need=chained_need, _analysis=analysis)
+    ctx = CostContext(chained, arch, analysis)
     space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
     space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
     return chained, space

@@ -14,6 +14,7 @@ from mambalaya.analysis import Edge, classify_edges, einsum_kind
 from mambalaya.analysis.table import edge_modifiers
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.context import CostContext
+from mambalaya.cost.heuristics import unfused_baseline
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.ir.cascade import Cascade
 from mambalaya.mapper import MapResult, optimal_mapping
@@ -42,7 +43,7 @@ class ArchStudy:
     arch: Arch
     result: MapResult
     unfused: CostReport
-    buffers: tuple[int, ...]  # on-chip bytes of each group's intermediates
+    buffers: tuple[int, ...]  # on-chip bytes each group's schedule holds at once
 
     @property
     def report(self) -> CostReport:
@@ -72,8 +73,8 @@ def study(cascade: Cascade, archs: list[Arch | str], objective: str = "latency")
         arch = load_arch(spec) if isinstance(spec, str) else spec
         result = optimal_mapping(cascade, arch, objective)
         ctx = CostContext(cascade, arch)
-        unfused = evaluate(cascade, arch, ctx=ctx)
-        buffers = tuple(ctx.group_buffer_bytes(g) for g in result.mapping.groups)
+        unfused = evaluate(cascade, arch, unfused_baseline(cascade, arch, ctx=ctx), ctx=ctx)
+        buffers = tuple(g.occupancy_bytes for g in result.report.schedule.groups)
         out.append(ArchStudy(arch, result, unfused, buffers))
     return Study(cascade, classify_edges(cascade), tuple(out), objective)
 
@@ -159,33 +160,30 @@ def groups_table(s: Study, a: ArchStudy) -> Table:
 
 
 def codegen_table(s: Study, a: ArchStudy) -> Table | None:
-    """On a GPU arch, how ``--backend triton`` lays out each fusion group: one generated kernel (its
-    grid, programs and the Einsums on tl.dot) or, where the generator cannot express the group, why it
-    runs on the reference fallback instead. None on other archs.
+    """On a GPU arch, how ``--backend triton`` runs each group's schedule: one generated kernel (its program
+    grid: the schedule's leading parallel tile loops, and its tl.dot contractions) or, where the printer
+    cannot express the group, why it runs on the reference fallback. None on other archs.
 
-    A group whose grid has fewer programs than the GPU has SMs runs on part of the chip: the cost
-    model charges the whole chip, so the report says so next to the mapping it recommends."""
+    A group whose grid has fewer programs than the GPU has SMs runs on part of the chip."""
     if a.arch.kind != "gpu":
         return None
-    from mambalaya.exec.triton_codegen import Unsupported, group_plan, group_source
+    from mambalaya.exec.triton_codegen import Unsupported, group_kernel_source
 
     rows = []
-    mapping = a.result.mapping
     units = max((b.instances for b in a.arch.buffers), default=1)  # SMs: the per-SM buffers' instances
-    for gi, g in enumerate(mapping.groups):
-        plan = group_plan(s.cascade, mapping, gi)
+    for g in a.report.schedule.groups:
         try:
-            group_source(s.cascade, mapping, plan, "float32", "tf32")
+            k = group_kernel_source(s.cascade, g, "float32")
         except Unsupported as err:
-            rows.append((str(gi), " + ".join(g.einsums), "reference fallback", "-", "-", "-", str(err)))
+            rows.append((str(g.index), " + ".join(g.einsums), "reference fallback", "-", "-", "-", str(err)))
             continue
-        grid = " ".join(f"{r}/{b}x{n}" for r, b, n in plan.grid) or "one program"
-        kind = "scan: " + " + ".join(plan.scan[:2]) if plan.scan else ", ".join(plan.dot_einsums) or "-"
-        few = f" (fewer than the {units} SMs)" if plan.programs < units else ""
-        rows.append((str(gi), " + ".join(g.einsums), "one Triton kernel", grid, f"{plan.programs:,}{few}", kind, "-"))
-    cols = ("group", "einsums", "runs as", "grid (rank/block x blocks)", "programs", "tl.dot or scan",
+        grid = " ".join(f"{lp.rank}/{lp.tile}x{lp.trips}" for lp in g.loops[:g.grid]) or "one program"
+        few = f" (fewer than the {units} SMs)" if k.programs < units else ""
+        rows.append((str(g.index), " + ".join(g.einsums), "one Triton kernel", grid, f"{k.programs:,}{few}",
+                     str(k.dots) if k.dots else "-", "-"))
+    cols = ("group", "einsums", "runs as", "grid (rank/tile x tiles)", "programs", "tl.dot products",
             "why not Triton")
-    return Table(cols, tuple(rows), (True, False, False, False, True, False, False))
+    return Table(cols, tuple(rows), (True, False, False, False, True, True, False))
 
 
 def einsum_rows(a: ArchStudy) -> list[dict[str, Any]]:

@@ -232,6 +232,24 @@ def scan_consumers(cascade: Cascade, rec: str, readers: list[str], inline: froze
     return out
 
 
+def scan_shape(c: Cascade, rec: str, consumers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...],
+                                                                          tuple[str, ...], tuple[str, ...]]:
+    """How a scan lays out its state: (outer ranks: the recurrence's other ranks every consumer writes; inner
+    ranks: the rest; the consumers reading the step before each update; those reading it after)."""
+    e = c.einsum(rec)
+    it = e.recurrence
+    assert it is not None
+    rest = [r for r in e.out_ranks if r != it.rank]
+    outs = [set(c.einsum(x).out_ranks) for x in consumers]
+    outer = tuple(r for r in rest if all(r in o for o in outs))
+    inner = tuple(r for r in rest if r not in outer)
+    before, after = [], []
+    for x in consumers:
+        read = next(a for a in accesses(c.einsum(x).expr) if a.tensor == rec)
+        (before if _step_of(read.indices[it.position], it.rank, c.values) == -1 else after).append(x)
+    return outer, inner, tuple(before), tuple(after)
+
+
 def _plain_step(acc: Access, outs: tuple[str, ...], position: int, t: str, values: dict) -> int | None:
     for p, (ix, r) in enumerate(zip(acc.indices, outs, strict=True)):
         if p != position and not (ix.is_Symbol and str(ix) == r):
@@ -252,4 +270,4 @@ def _final(e: Einsum, reads: list[Access], outs: tuple[str, ...], position: int,
 
 
 __all__ = ["GEMM_MIN", "GEMV_MIN", "RECOMPUTE_MAX", "Contraction", "EffectiveRead", "choose_inline", "contraction",
-           "distinct_accesses", "effective_reads", "pointwise", "scan_consumers"]
+           "distinct_accesses", "effective_reads", "pointwise", "scan_consumers", "scan_shape"]

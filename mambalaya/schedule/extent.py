@@ -173,6 +173,14 @@ def tiles_to_walk(loop: Loop, affine: bool, reach: int) -> tuple[list[int], int,
     return [*range(k), k, *range(n - k, n)], k, n - 2 * k - 1
 
 
+def range_length(r: Range, loops: tuple[Loop, ...]) -> int:
+    """The most indices the range spans at any tile of its loop (the static bound of code looping over it)."""
+    if r.loop is None:
+        return r.size
+    lp = loops[r.loop]
+    return max(b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips)))
+
+
 def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     """The longest the box gets on this axis over every tile of the loops it moves with."""
     if fn.static is not None:
@@ -275,5 +283,5 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
     return min(rows, size)
 
 
-__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "is_affine", "max_length",
+__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "is_affine", "max_length", "range_length",
            "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]

@@ -246,6 +246,19 @@ class GroupSchedule:
     inline: tuple[tuple[str, int], ...] = ()  # point-wise members recomputed at each read, with evaluations per element
     ranges: dict[str, tuple[Range, ...]] = field(default_factory=dict)  # per member (inlined too)
     notes: tuple[str, ...] = ()
+    grid: int = 0  # leading loops that are a GPU's program grid (each iteration one independent program)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The off-chip tensors a group's kernel takes, in order: what it loads, then what it stores."""
+        return tuple(dict.fromkeys((*self.reads, *self.writes)))
+
+    @property
+    def programs(self) -> int:
+        n = 1
+        for lp in self.loops[:self.grid]:
+            n *= lp.trips
+        return n
 
     @property
     def arena_elements(self) -> int:

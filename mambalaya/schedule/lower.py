@@ -502,7 +502,7 @@ class _Lowering:
                 self.notes = notes
                 self.fuse_scans(tree)
                 self.skews(loops, ms)
-                sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
+                sched = replace(_Builder(self, loops, ms, tree, self.windows(loops, ms), grid).build(), grid=grid)
         return sched
 
     def fuse_scans(self, tree: list) -> None:
@@ -555,8 +555,10 @@ class _Lowering:
 class _Builder:
     """Buffers, statements and sizes of a placed group (step 4 and 5)."""
 
-    def __init__(self, lw: _Lowering, loops: list[Loop], ms: dict[str, _Member], tree: list, wins) -> None:
+    def __init__(self, lw: _Lowering, loops: list[Loop], ms: dict[str, _Member], tree: list, wins,
+                 grid: int = 0) -> None:
         self.lw, self.c, self.forms = lw, lw.c, lw.forms
+        self.grid = grid  # leading loops that are the program grid: nothing is hoisted out of them
         self.loops = tuple(loops)
         self.ms = ms
         self.tree = tree
@@ -686,7 +688,7 @@ class _Builder:
                   init_of: str | None = None, init_axis: int | None = None, first_of: int | None = None) -> None:
         m = self.ms[member]
         moves = {m.ranges[r].loop for f in forms for r in f.ranks if m.ranges[r].loop is not None}
-        depth = 1 + max(moves) if moves else 0
+        depth = max(1 + max(moves) if moves else 0, self.grid)  # every program of a grid loads its own
         if first_of is not None and first_of >= depth:
             first_of = None  # loaded outside that loop anyway
         box = self._first_box(member, forms, tensor, k)
@@ -787,7 +789,7 @@ class _Builder:
     def _hoist_option(self, st: _Stream) -> tuple | None:
         """(elements saved, bytes added, stream, host it merges into, hoisted stream) of the best block to load
         ``st`` in instead, or None when no outer block saves anything."""
-        if st.first_of is not None or st.depth == 0:
+        if st.first_of is not None or st.depth <= self.grid:
             return None
         moves = set().union(*(a.loops for a in st.box)) if st.box else set()
         rereads = any(j not in moves for j in range(st.depth))
@@ -796,7 +798,7 @@ class _Builder:
         if not rereads and not hosts:
             return None
         best = None
-        for depth in range(st.depth):
+        for depth in range(self.grid, st.depth):
             up = _Stream(st.tensor, depth, list(st.reads), st.init_of, st.init_axis, None, st.first)
             self._size_stream(up)
             host = next((h for h in hosts if h.depth == depth and _abuts(h.first, up.first)), None)
