@@ -408,7 +408,9 @@ class GroupAnalyzer:
         """Why the group is not a legal fusion group (empty list: legal)."""
         return list(self.analyze(group).reasons)
 
-    def analyze(self, group: Iterable[str]) -> CandidateGroup:
+    def analyze(self, group: Iterable[str], convex: bool = True) -> CandidateGroup:
+        """The group's analysis; ``convex=False`` leaves out the convexity rule (a group that recomputes a
+        producer: the path through the producer's other readers runs in other groups)."""
         names = list(dict.fromkeys(group))
         unknown = [n for n in names if n not in self.order]
         if not names or unknown:
@@ -418,6 +420,8 @@ class GroupAnalyzer:
         members = set(names)
         reads, writes, internal = self._boundary(names, members)
         structural = self._structure(names)
+        if not convex:
+            structural = [r for r in structural if not r.startswith("not convex")]
         if structural:
             return CandidateGroup(tuple(names), False, tuple(structural), None, internal, reads, writes, self)
         model = self.model(names)

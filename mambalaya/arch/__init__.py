@@ -24,7 +24,7 @@ Loading::
   coordination and kernel start; accelerator reconfiguration)
 - ``transfer_overhead_s``: per off-chip transfer a group makes (CGLA DMA setup; 0 on GPUs)
 - ``pipeline_depth``: stages to fill and drain per pipelined reduction (0 where not meaningful)
-- ``weights_resident``: weights stay on chip between groups (else re-read by each group)
+- ``weights_resident``: must be false (each fusion group loads the weights it reads; true is refused)
 - ``units`` (:class:`ComputeUnit`) and ``ops`` (:class:`OpCost`): which unit each op kind runs on
 
 Methods:

@@ -145,7 +145,7 @@ class Arch:
     precision: str = "fp32"  # arithmetic precision used when a caller names none
     element_bytes: int = 4  # default bytes per element
     lanes: int = 1  # CGLA lanes; scales per_lane units and buffers
-    weights_resident: bool = False  # weights stay on chip between groups (else re-read per group)
+    weights_resident: bool = False  # always false: each group loads the weights it reads (true is refused)
     offchip_capacity_bytes: int | None = None
     description: str = ""
     source: str | None = field(default=None, compare=False)
@@ -361,7 +361,6 @@ OVERRIDABLE: dict[str, str] = {
     "group_overhead_s": "time",
     "transfer_overhead_s": "time",
     "pipeline_depth": "non-negative int",
-    "weights_resident": "bool",
 }
 
 
@@ -542,6 +541,13 @@ class _Reader:
             raise self.error(f"{where} must be true or false, not {_node_kind(node)}", node)
         return value
 
+    def weights_resident(self, node: yaml.Node) -> bool:
+        if self.boolean(node, "weights_resident"):
+            raise self.error("weights_resident: true is not modelled: a schedule keeps a weight on chip within "
+                             "its fusion group only (each group loads what it reads); remove the key or set it "
+                             "false", node)
+        return False
+
     def integer(self, node: yaml.Node, where: str, minimum: int) -> int:
         value = self.scalar(node)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -635,11 +641,7 @@ class _Reader:
             if "element_bytes" in opt
             else 4,
             lanes=self.integer(opt["lanes"], "lanes", 1) if "lanes" in opt else 1,
-            weights_resident=(
-                self.boolean(opt["weights_resident"], "weights_resident")
-                if "weights_resident" in opt
-                else False
-            ),
+            weights_resident=self.weights_resident(opt["weights_resident"]) if "weights_resident" in opt else False,
             source=self.file,
         )
         self.check_precisions(arch, top)

@@ -23,11 +23,12 @@ class GroupAnalysis:
         self._analyzer = GroupAnalyzer(cascade)
         self._cache: dict[tuple[str, ...], object] = {}
 
-    def analyze(self, einsums: tuple[str, ...] | list[str]):
-        """The analysis's ``CandidateGroup``: ``legal``, ``reasons``, ``loop_order``, ``ranks``, buffers."""
-        key = tuple(sorted(einsums))
+    def analyze(self, einsums: tuple[str, ...] | list[str], convex: bool = True):
+        """The analysis's ``CandidateGroup``: ``legal``, ``reasons``, ``loop_order``, ``ranks``, buffers
+        (``convex=False``: without the convexity rule, for a group that recomputes a producer)."""
+        key = (*sorted(einsums), convex) if not convex else tuple(sorted(einsums))
         if key not in self._cache:
-            self._cache[key] = self._analyzer.analyze(list(einsums))
+            self._cache[key] = self._analyzer.analyze(list(einsums), convex)
         return self._cache[key]
 
     def problems(self, einsums: tuple[str, ...] | list[str]) -> list[str]:

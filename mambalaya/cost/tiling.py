@@ -26,7 +26,7 @@ from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.schedule import ScheduleError
+from mambalaya.schedule import Load, ScheduleError, extent
 
 Score = tuple[float, float]
 
@@ -80,6 +80,7 @@ class _Search:
         self.seen: dict[tuple, GroupCost | str] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
+        self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
         self.cap = ctx.arch.fusion_buffer_bytes
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
 
@@ -116,6 +117,7 @@ class _Search:
                     need = self.ctx.occupancy(FusionGroup(self.einsums, self.order, dict(tiles)), self.stored)
                 except ScheduleError as err:
                     self.seen[key] = str(err)
+                    self.refused.add(key)
                     got = False
                 else:
                     self.least = need if self.least is None else min(self.least, need)
@@ -140,13 +142,19 @@ class _Search:
         return opts[lo]
 
     def bound(self) -> GroupCost | None:
-        """The untiled schedule's cost, whether or not it fits: no tiling loads less, computes less or runs
-        faster (tiles only add re-reads, transfers and programs), so it bounds every tiling from below."""
+        """The untiled schedule's cost, whether or not it fits: when every load covers its box densely
+        (:func:`~mambalaya.schedule.extent.dense_box`), no tiling loads less, computes less or runs faster
+        (tiles only add re-reads, transfers and programs), so it bounds every tiling from below. None
+        when a load is sparse (a tile would clip its hull) or the group has no untiled schedule."""
         group = FusionGroup(self.einsums, self.order)
         try:
-            return group_costs(self.ctx, self.ctx.lower(group, self.stored, check=False))[0]
+            sched = self.ctx.lower(group, self.stored, check=False)
         except ScheduleError:
             return None
+        ranges = {n: dict(zip(self.ctx.cascade.einsum(n).ranks, rs, strict=True)) for n, rs in sched.ranges.items()}
+        if not all(extent.dense_box(s.box, ranges) for s, _ in sched.statements() if isinstance(s, Load)):
+            return None
+        return group_costs(self.ctx, sched)[0]
 
     def run(self, give_up=None) -> Tiled | Untileable:
         untiled = self.cost({})  # lowered whole: the untiled schedule is cheap and tells whether it fits
@@ -163,10 +171,13 @@ class _Search:
             if t is not None:
                 found.append({**fixed, r: t})
                 break
-            fixed[r] = tile_options(self.size[r])[-1] if tile_options(self.size[r]) else self.size[r]
+            least = {**fixed, r: tile_options(self.size[r])[-1]} if tile_options(self.size[r]) else fixed
+            self.fits(least)
+            if tuple(sorted(least.items())) not in self.refused:  # (a loop the schedule will not tile stays whole)
+                fixed = least
         if len(self.loops) >= 2:  # a staircase: as r0's tile falls, r1's largest fitting tile only grows
             r0, r1 = self.loops[0], self.loops[1]
-            rest = {r: tile_options(self.size[r])[-1] for r in self.loops[2:] if tile_options(self.size[r])}
+            rest = {r: t for r, t in fixed.items() if r in self.loops[2:]}
             opts1 = (self.size[r1], *tile_options(self.size[r1]))
             j = len(opts1)  # the index of r1's largest fitting tile so far (none yet)
             for t0 in (self.size[r0], *tile_options(self.size[r0])):

@@ -7,7 +7,8 @@ off-chip into the buffer, a store copies back, a shift moves a window's kept row
 a compute builds, for each tensor it reads, an array that holds exactly what its buffer holds
 (NaN everywhere else) and evaluates the member with the reference interpreter over its ranges.
 So a schedule that does not bring some element on chip before it is read computes NaN there
-and fails ``verify``; and the bytes counted are those the loads and stores copied.
+and fails ``verify``; and the bytes counted are those the loads and stores copied. Each iteration
+of a grid loop (a GPU program) starts with every buffer NaN again: programs share nothing on chip.
 
 With ``trace=True`` the run also records, per compute, the elements it reads of each tensor and
 those it writes, in order: the access sequence the cache bound of the tests replays.
@@ -51,9 +52,8 @@ class _Group:
                 out.append(extent.axis_interval(ax.box, self.ranges, state)[0])
             elif ax.base == "state":  # the last step its member computed
                 out.append(extent.axis_interval(ax.box, self.ranges, state)[1])
-            else:
-                hi = extent.axis_interval(ax.box, self.ranges, state)[1]
-                out.append(max(0, hi + 1 - ax.extent))
+            else:  # a window: where the last shift put it
+                out.append(self.window_base.get((b.name, len(out)), 0))
         return out
 
     def held(self, b: Buffer, state: extent.State, size: tuple[int, ...]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
@@ -75,6 +75,10 @@ class _Group:
             if isinstance(s, LoopBlock):
                 lp = self.g.loops[s.loop]
                 for t in range(lp.trips):
+                    if s.loop < self.g.grid:  # a new program of a GPU's grid: nothing on chip from the last
+                        for arr in self.buf.values():
+                            arr[...] = np.nan
+                        self.window_base.clear()
                     self.walk(s.body, {**state, s.loop: extent.tile_of(lp, t)})
             elif isinstance(s, Load):
                 self.load(s, state)
@@ -124,7 +128,9 @@ class _Group:
     def shift(self, s: Shift, state) -> None:
         b = self.spec[s.buffer]
         ax = b.axes[s.axis]
-        hi = extent.axis_interval(ax.box, self.ranges, state)[1]
+        lo, hi = extent.axis_interval(ax.box, self.ranges, state)
+        if lo > hi:  # nothing in the box this tile: the window stays where it is
+            return
         new = max(0, hi + 1 - ax.extent)
         key = (s.buffer, s.axis)
         arr = self.buf[s.buffer]

@@ -1096,6 +1096,8 @@ def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
     for line in ctx.names.box_code(ax.box, ctx.ranges, name):
         ctx.emit(depth, line)
     wb = f"wb_{ctx.bufvar[b.name]}_{s.axis}"
+    ctx.emit(depth, f"if {name}_lo <= {name}_hi:  # (an empty box leaves the window where it is)")
+    depth += 1
     ctx.emit(depth, f"{name} = max(0, {name}_hi + 1 - {ax.extent})")
     ctx.emit(depth, f"if not {ctx.names.first(s.loop)}:")
     ctx.emit(depth + 1, f"{name}_d = {name} - {wb}")

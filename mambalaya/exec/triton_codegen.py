@@ -835,8 +835,8 @@ def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
     for line in ctx.names.box_code(ax.box, ctx.ranges, name):
         ctx.emit(depth, line)
     wb = f"wb_{ctx.bufvar[b.name]}_{s.axis}"
-    ctx.emit(depth, f"{name} = tl.maximum({name}_hi + 1 - {ax.extent}, 0)")
-    ctx.emit(depth, f"if not {ctx.names.first(s.loop)}:")
+    ctx.emit(depth, f"{name} = tl.where({name}_lo <= {name}_hi, tl.maximum({name}_hi + 1 - {ax.extent}, 0), {wb})")
+    ctx.emit(depth, f"if not {ctx.names.first(s.loop)}:")  # (an empty box leaves the window where it is)
     d = depth + 1
     dist = ctx.var(d, f"{name} - {wb}", "dd")
     stride = _strides(b.shape)[s.axis]

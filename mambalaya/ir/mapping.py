@@ -101,6 +101,11 @@ class Mapping:
             for t in g.recompute:
                 if t not in cascade.tensors:
                     raise MappingError(f"group {gi} recomputes unknown tensor '{t}'")
+                if cascade.producer(t) is None:
+                    raise MappingError(f"group [{', '.join(g.einsums)}] recomputes {t}, which no Einsum produces "
+                                       f"(inputs and weights are read, not recomputed)")
+                if t in g.einsums:
+                    raise MappingError(f"group [{', '.join(g.einsums)}] recomputes {t}, which it already computes")
         missing = [n for n in names if n not in seen]
         if missing:
             raise MappingError(f"the mapping leaves Einsum(s) {', '.join(missing)} out of every group")

@@ -89,7 +89,7 @@ class _ChainAnalysis(GroupAnalysis):
         self.cascade, self._relative, self._cache = chained, relative, {}
         self._full: GroupAnalysis | None = None
 
-    def analyze(self, einsums: tuple[str, ...] | list[str]):
+    def analyze(self, einsums: tuple[str, ...] | list[str], convex: bool = True):
         key = tuple(sorted(einsums))
         got = self._cache.get(key)
         if got is not None:

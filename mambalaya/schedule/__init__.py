@@ -54,14 +54,14 @@ class Lowerer:
         self.cascade = cascade
         self.analysis = analysis if analysis is not None else GroupAnalyzer(cascade)
         self.forms = Forms(cascade)
-        self._models: dict[tuple[str, ...], object] = {}
+        self._models: dict[tuple, object] = {}
         self._lowered: dict[tuple, GroupSchedule | ScheduleError] = {}
 
-    def model(self, members: tuple[str, ...]):
-        key = tuple(sorted(members))
+    def model(self, members: tuple[str, ...], convex: bool = True):
+        key = (*sorted(members), convex)
         got = self._models.get(key)
         if got is None:
-            cg = self.analysis.analyze(list(members))
+            cg = self.analysis.analyze(list(members), convex) if not convex else self.analysis.analyze(list(members))
             if not cg.legal:
                 raise ScheduleError(f"[{', '.join(members)}] is not a legal fusion group: {'; '.join(cg.reasons)}")
             got = self._models[key] = cg.loops
@@ -78,7 +78,8 @@ class Lowerer:
         if got is None:
             members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
             try:
-                got = lower_group(self.cascade, group, self.model(members), self.forms, stored, policy, 0, capacity)
+                got = lower_group(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
+                                  policy, 0, capacity)
             except ScheduleError as err:
                 got = err
             self._lowered[key] = got
@@ -90,7 +91,8 @@ class Lowerer:
     def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> int:
         """What :meth:`group`'s schedule holds on chip before hoisting (the fit test), without its statements."""
         members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
-        return group_occupancy(self.cascade, group, self.model(members), self.forms, stored, policy)
+        return group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
+                               policy)
 
 
 def policy_of(arch: Arch) -> Policy:

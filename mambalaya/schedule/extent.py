@@ -173,6 +173,30 @@ def tiles_to_walk(loop: Loop, affine: bool, reach: int) -> tuple[list[int], int,
     return [*range(k), k, *range(n - k, n)], k, n - 2 * k - 1
 
 
+def dense_box(box: tuple[AxisBox, ...], ranges: Mapping[str, Mapping[str, Range]]) -> bool:
+    """Whether every read of the box covers its hull with no gaps over whole ranges: each axis a mixed-radix
+    contiguous form (``l``, ``c*256 + q`` with q below 256; no floor, remainder or stride) and no rank in two
+    axes of one read (a diagonal ``X[i, i]`` covers a hull of n*n for n elements). Only then can tiling never
+    load less than the untiled box (a smaller tile of a sparse read clips its hull)."""
+    if not box:
+        return True
+    for k in range(len(box[0].reads)):
+        seen: set[str] = set()
+        for axis in box:
+            form, member = axis.reads[k]
+            if form.den != 1:
+                return False
+            span = 0
+            for t in sorted(form.terms, key=lambda t: abs(t.coef)):
+                if t.rank is None and t.sub is None:  # a constant
+                    continue
+                if t.sub is not None or t.rank in seen or abs(t.coef) > span + 1:
+                    return False
+                seen.add(t.rank)
+                span += abs(t.coef) * (ranges[member][t.rank].size - 1)
+    return True
+
+
 def range_length(r: Range, loops: tuple[Loop, ...]) -> int:
     """The most indices the range spans at any tile of its loop (the static bound of code looping over it)."""
     if r.loop is None:
@@ -283,5 +307,5 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
     return min(rows, size)
 
 
-__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "is_affine", "max_length", "range_length",
-           "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]
+__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
+           "range_length", "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]

@@ -100,7 +100,8 @@ class AxisBox:
 class BufferAxis:
     """One axis of a buffer: ``extent`` elements, starting at global index ``base``: 0, the lower end of
     ``box`` (``"box"``), or, for a sliding window along loop ``loop``, the ``extent`` rows ending at the
-    upper end of ``box`` (``"window"``: the most recent rows stay, moved to the front at each new tile), or
+    upper end of ``box`` (``"window"``: the most recent rows stay, moved to the front at each new tile; a
+    tile whose box is empty leaves it where it was), or
     one row, the last its member computed (``"state"``: a scanned recurrence's state, the upper end of
     ``box`` once its statement has run; read at the start of the next, written at its end)."""
 
@@ -320,7 +321,6 @@ class Schedule:
     arch: str
     capacity_bytes: int
     groups: tuple[GroupSchedule, ...]
-    resident: tuple[str, ...] = ()  # weights kept on chip across groups (an arch with weights_resident)
 
 
 __all__ = [

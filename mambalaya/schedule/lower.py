@@ -918,12 +918,16 @@ class _Builder:
             acc = [m.name for m in self.ms.values() if m.accumulate == j]
             slide = [b.tensor for b in self.buffers if b.kind != "operand"
                      and any(a.base == "window" and a.loop == j for a in b.axes)]
+            ahead = [(m.name, x.skew) for m in self.ms.values() for x in m.ranges.values()
+                     if x.loop == j and x.kind == "tile" and x.skew > 0]
             if rec:
                 role, why = "recurrence", f"{rec[0]}'s state carries across it"
             elif acc:
                 role, why = "reduction", f"{acc[0]} accumulates partial sums across it"
             elif slide:
                 role, why = "sequential", f"a window of {slide[0]} slides along it"
+            elif ahead:  # rows it computed a tile ahead are read at the next tile
+                role, why = "sequential", f"{ahead[0][0]} runs {ahead[0][1]} ahead along it"
             out.append(replace(lp, role=role, why=why))
         return tuple(out)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.heuristics import greedy_mapping
+from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.mapreport import map_report
 from mambalaya.cost.model import evaluate
 from mambalaya.parse import open_cascade
@@ -28,13 +28,13 @@ def test_every_group_is_legal_and_fits():
         a = load_arch(arch)
         ctx = CostContext(c, a)
         m = greedy_mapping(c, a, ctx=ctx).validate(c)
-        for g in m.groups:
+        fused = evaluate(c, a, m, ctx=ctx)
+        for g, sched in zip(m.groups, fused.schedule.groups, strict=True):
             if len(g.einsums) > 1:
                 assert ctx.analysis.problems(g.einsums) == [], (arch, g.einsums)
-                assert ctx.group_buffer_bytes(g) <= a.fusion_buffer_bytes, (arch, g)
-        fused, unfused = evaluate(c, a, m, ctx=ctx), evaluate(c, a, ctx=ctx)
-        assert fused.latency_s <= unfused.latency_s
-        assert fused.traffic_bytes < unfused.traffic_bytes
+            assert sched.occupancy_bytes <= a.fusion_buffer_bytes, (arch, g)
+        unfused = evaluate(c, a, unfused_baseline(c, a, ctx=ctx), ctx=ctx)
+        assert fused.latency_s <= unfused.latency_s * (1 + 1e-9)  # (greedy only fuses what costs no more)
 
 
 def test_map_report_without_a_mapping_compares_greedy_and_unfused():

@@ -25,7 +25,7 @@ def test_memory_bound_unfused(mlp, tiny):
 
 def test_compute_bound_when_bandwidth_is_plentiful(mlp, tiny):
     fast = tiny.with_overrides(offchip_bandwidth=1e18)
-    r = evaluate(mlp, fast, Mapping((FusionGroup(("T", "Y")),)), buffer_need=lambda g: 0)
+    r = evaluate(mlp, fast, Mapping((FusionGroup(("T", "Y")),)))
     (g,) = r.groups
     assert g.compute_s == pytest.approx((192 + 96) / 1e12)
     assert g.latency_s == pytest.approx(g.compute_s + 1e-6)
@@ -33,7 +33,7 @@ def test_compute_bound_when_bandwidth_is_plentiful(mlp, tiny):
 
 
 def test_einsum_shares_sum_to_the_group(scan, tiny):
-    r = evaluate(scan, tiny, Mapping((FusionGroup(("DA", "H", "Y", "Z", "HF")),)), buffer_need=lambda g: 0)
+    r = evaluate(scan, tiny, Mapping((FusionGroup(("DA", "H", "Y", "Z", "HF")),)))
     (g,) = r.groups
     assert sum(e.latency_s for e in r.einsums) == pytest.approx(g.latency_s)
     assert sum(e.traffic_bytes for e in r.einsums) == g.traffic_bytes == 284

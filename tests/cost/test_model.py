@@ -24,7 +24,7 @@ ROW = {"name", "group", "traffic_bytes", "compute_s", "memory_s", "latency_s", "
 
 def test_map_report_with_a_mapping_has_the_contract_keys(mlp, tiny):
     fused = Mapping((FusionGroup(("T", "Y")),))
-    out = map_report(mlp, tiny, fused, buffer_need=lambda g: 0)
+    out = map_report(mlp, tiny, fused)
     assert CONTRACT <= set(out)
     assert out["groups"] == [["T", "Y"]]
     assert out["optimal"] is False

@@ -9,9 +9,7 @@ from mambalaya.report.plots import figure_bytes, plot_roofline, plot_utilisation
 
 def test_roofline_and_utilisation_pngs(tmp_path, scan, tiny):
     unfused = evaluate(scan, tiny)
-    fused = evaluate(
-        scan, tiny, Mapping((FusionGroup(("DA", "H", "Y", "Z", "HF")),)), buffer_need=lambda g: 0
-    )
+    fused = evaluate(scan, tiny, Mapping((FusionGroup(("DA", "H", "Y", "Z", "HF")),)))
     reports = [("unfused", unfused), ("fused", fused)]
     for plot, name in ((plot_roofline, "roof.png"), (plot_utilisation, "util.png")):
         path = plot(reports, tiny, tmp_path / name)

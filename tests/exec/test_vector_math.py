@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mambalaya.exec.codegen import PRELUDE
+from mambalaya.exec.numba_codegen import PRELUDE
 
 F64_EPS = float(np.finfo(np.float64).eps)
 F32_EPS = float(np.finfo(np.float32).eps)

@@ -1,0 +1,83 @@
+"""The tiling search's shortcuts hold: occupancy grows with tiles (so a binary search finds the largest fit),
+and the untiled schedule bounds every tiling's cost from below (so the mapper may give up on a group early)."""
+
+from __future__ import annotations
+
+from analysis.cascades import random_cascades
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mambalaya.arch import load_arch
+from mambalaya.cost.context import CostContext
+from mambalaya.cost.model import group_costs
+from mambalaya.cost.tiling import _Search, tile_options
+from mambalaya.ir.mapping import FusionGroup
+from mambalaya.parse import open_cascade
+from mambalaya.parse.cascade_file import cascade_from_dict
+from mambalaya.schedule import ScheduleError
+
+
+def _groups(c, ctx, limit=12):
+    names = c.einsum_names
+    for i in range(len(names)):
+        for j in range(i + 1, min(len(names), i + 5) + 1):
+            members = tuple(names[i:j])
+            if ctx.analysis.legal(members) and ctx.analysis.tileable(members):
+                yield members
+                limit -= 1
+                if limit == 0:
+                    return
+
+
+def _occupancy(ctx, members, order, tiles):
+    try:
+        return ctx.occupancy(FusionGroup(members, order, tiles))
+    except ScheduleError:
+        return None
+
+
+def test_largest_fit_is_the_brute_force_one() -> None:
+    c = open_cascade("mamba2")
+    for scale in (1 / 64, 1 / 8, 1.0):
+        arch = load_arch("h200")
+        arch = arch.with_overrides(fusion_buffer_bytes=max(1, int(arch.fusion_buffer_bytes * scale)))
+        ctx = CostContext(c, arch)
+        for members in _groups(c, ctx):
+            s = _Search(ctx, members, "latency", None)
+            r = s.loops[-1]
+            got = s.largest({}, r)
+            fits = [t for t in tile_options(s.size[r]) if s.fits({r: t})]
+            assert got == (fits[0] if fits else None), (members, r)
+
+
+def test_a_diagonal_read_claims_no_bound() -> None:
+    c = cascade_from_dict({"name": "d", "params": {"n": 4}, "ranks": {"i": "n", "j": "n"},
+                           "einsums": ["T0[i,j] = I0[i,j]", "T2[i] = T0[i,i]"]})
+    ctx = CostContext(c, load_arch("mambalaya"))
+    assert _Search(ctx, ("T0", "T2"), "latency", None).bound() is None
+    assert _Search(ctx, ("T0",), "latency", None).bound() is not None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(random_cascades(max_einsums=4), st.data())
+def test_occupancy_grows_with_tiles_and_untiled_bounds_cost(data_cascade, data) -> None:
+    c = cascade_from_dict(data_cascade)
+    ctx = CostContext(c, load_arch("mambalaya"))
+    for members in _groups(c, ctx, limit=3):
+        order = ctx.analysis.loop_order(members)
+        loops = [r for r, _ in ctx.analysis.tileable(members)]
+        r = data.draw(st.sampled_from(loops))
+        sizes = sorted(tile_options(c.rank_size(r)))
+        occ = [_occupancy(ctx, members, order, {r: t}) for t in sizes]
+        known = [o for o in occ if o is not None]
+        assert known == sorted(known), (members, r, sizes, occ)
+        whole = _Search(ctx, members, "latency", None).bound()
+        if whole is None:  # a sparse read (a diagonal): tiles clip its hull, no bound is claimed
+            continue
+        for t in sizes:
+            try:
+                sched = ctx.lower(FusionGroup(members, order, {r: t}), check=False)
+            except ScheduleError:
+                continue
+            cost = group_costs(ctx, sched)[0]
+            assert whole.traffic_bytes <= cost.traffic_bytes and whole.latency_s <= cost.latency_s * (1 + 1e-12)
