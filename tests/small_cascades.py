@@ -10,6 +10,8 @@ SMALL = {
     "mamba2": {"seqlen": 19, "d_model": 16, "d_state": 4, "headdim": 8, "chunk": 8},
     "mamba1-decode": {"d_model": 8, "d_state": 4, "dt_rank": 2},
     "mamba2-decode": {"d_model": 16, "d_state": 4, "headdim": 8},
+    "attention": {"heads": 2, "seqlen": 12, "headdim": 8},
+    "mlp2": {"M": 12, "K": 8, "N": 10, "P": 4},
 }
 
 

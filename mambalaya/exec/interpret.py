@@ -199,7 +199,7 @@ class _Group:
                 before = own[tuple(slice(limits[r][0] - 1, limits[r][0]) if p == rec.position else
                                    slice(*limits.get(r, (0, c.rank_size(r)))) for p, r in enumerate(e.out_ranks))]
         if self.trace is not None:
-            self._trace(s, limits)
+            self._trace_compute(s, limits, state)
         ev = _Evaluator(c, env, self.dtype)
         with np.errstate(all="ignore"):
             val = ev.einsum(e, limits, before)
@@ -213,8 +213,6 @@ class _Group:
                 full[tuple(slice(lo - 1, lo) if p == rec.position else rows[p] for p in range(len(rows)))] = before
             for x in s.scan:
                 xl = self._limits(x.einsum, state)
-                if self.trace is not None:
-                    self._trace(x, xl)
                 xv = _Evaluator(c, self._env(x, state, {e.name: full}), self.dtype)
                 with np.errstate(all="ignore"):
                     self._write(x, c.einsum(x.einsum), xl, xv.einsum(c.einsum(x.einsum), xl), state)
@@ -257,10 +255,26 @@ class _Group:
         else:
             env[tensor] = view
 
-    def _trace(self, s: Compute, limits) -> None:
-        """The elements the compute reads of every tensor (its effective reads) and those it writes."""
+    def _trace_compute(self, s: Compute, limits, state) -> None:
+        """A compute's accesses in the order it makes them: a recurrence (and the readers fused into its scan)
+        one step at a time, each step's reads before its writes; any other compute reads all (its own partial
+        sums too, after the first tile of its reduction loop), then writes."""
+        rec = self.c.einsum(s.einsum).recurrence
+        if rec is None:
+            self._trace(s.einsum, limits, s.accumulate is not None and not state[s.accumulate][2])
+            return
+        lo, hi = limits.get(rec.rank, (0, self.c.rank_size(rec.rank)))
+        readers = [(x.einsum, self._limits(x.einsum, state)) for x in s.scan]
+        for t in range(lo, hi):
+            self._trace(s.einsum, {**limits, rec.rank: (t, t + 1)})
+            for name, xl in readers:
+                self._trace(name, {**xl, rec.rank: (t, t + 1)})
+
+    def _trace(self, name: str, limits, partial: bool = False) -> None:
+        """The elements one member reads of every tensor over ``limits`` (its effective reads; ``partial``: its
+        own output, the sums so far), then those it writes."""
         c = self.c
-        e = c.einsum(s.einsum)
+        e = c.einsum(name)
         ranks = e.ranks
         span = {r: limits.get(r, (0, c.rank_size(r))) for r in ranks}
         grids = {}
@@ -269,7 +283,7 @@ class _Group:
             shape[i] = span[r][1] - span[r][0]
             grids[r] = np.arange(*span[r]).reshape(shape)
         full = tuple(hi - lo for lo, hi in span.values())
-        for er in effective_reads(c, s.einsum, self.inline):
+        for er in effective_reads(c, name, self.inline):
             shape = c.shape(er.tensor)
             idx, ok = [], np.ones(full, dtype=bool)
             for pos, ix in enumerate(er.indices):
@@ -283,6 +297,8 @@ class _Group:
         og = [np.arange(*span[r]) for r in e.out_ranks]
         mesh = np.meshgrid(*og, indexing="ij") if og else []
         flat = np.ravel_multi_index(tuple(m.ravel() for m in mesh), out_shape) if og else np.zeros(1, int)
+        if partial:
+            self.trace.append((e.name, flat, "r"))
         self.trace.append((e.name, flat, "w"))
 
 

@@ -171,25 +171,25 @@ def _log1p_unit(y):
     return (k + s * (2.0 + z * p)) + c / u
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _sigmoid(x):
     return 1.0 / (1.0 + _exp(-x))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _softplus(x):
     # np.logaddexp(0, x) = max(x, 0) + log1p(exp(-|x|)), as numpy computes it (NaN stays NaN)
     return (x if x > 0.0 else 0.0) + _log1p_unit(_exp(-abs(x)))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _maximum(a, b):
     if a != a or b != b:
         return a + b
     return a if a >= b else b
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _minimum(a, b):
     if a != a or b != b:
         return a + b
@@ -683,12 +683,9 @@ def _hoist_factors(ctx: _Ctx, factors: tuple[Node, ...], outer: tuple[str, ...],
 
 def _emit_gemm(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, assign: bool = False) -> None:
     """One BLAS product per batch point of the range: each operand a direct view of its buffer where its
-    layout allows, else gathered; the result through a view of the member's buffer, or scattered."""
+    layout allows, else gathered; the result scattered into the member's buffer element by element."""
     c = ctx.cascade
     size = c.rank_sizes
-    out_b = ctx.out
-    out = ctx.bufvar[out_b]
-    out_base = ctx.base[out_b]
     one = [r for r in (*plan.batch, *plan.m, *plan.n, *plan.k) if size[r] == 1]
     batch = tuple(r for r in plan.batch if r not in one)
     gm = tuple(r for r in plan.m if r not in one)
@@ -751,42 +748,7 @@ def _emit_gemm(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, a
     ctx.emit(depth, f"{gc} = np.dot({ca}, {cb})")
     kind = "mn" if da == db == 2 else ("n" if da == 1 else "m")
     op = "=" if assign else ("+=" if sign > 0 else "-=")
-    if len(gm) <= 1 and len(gn) <= 1:
-        parts, axes = [], []
-        for r, z in zip(e.out_ranks, out_base, strict=True):
-            if r in gm or r in gn:
-                axes.append(r)
-                lo, hi = ctx.bounds.get(r, ("0", str(size[r])))
-                if z is None and r not in ctx.bounds and ctx.spec[out_b].shape[e.out_ranks.index(r)] == size[r]:
-                    parts.append(":")
-                else:
-                    zz = "" if z is None else f" - {z}"
-                    parts.append(f"{lo}{zz}:{hi}{zz}")
-            else:
-                parts.append(f"i_{r}" if z is None else f"i_{r} - {z}")
-        rhs = None
-        if kind == "mn":
-            if len(axes) == 2:
-                rhs = gc if axes == [*gm, *gn] else f"{gc}.T"
-            elif gn:
-                rhs = f"{gc}[0]"
-            elif gm:
-                rhs = f"{gc}[:, 0]"
-        elif len(axes) == 1:
-            rhs = gc
-        if rhs is not None:
-            view = _view_code(out, parts)
-            if view == out:
-                view = f"{out}[:]"
-            if assign:
-                ctx.emit(depth, f"{view} = {rhs}")
-            else:
-                ov = ctx.tmp("ov")
-                ctx.emit(depth, f"{ov} = {view}")
-                ctx.emit(depth, f"{ov} {op} {rhs}")
-            if blocked:
-                ctx.bounds.pop(blocked)
-            return
+    # the product back element by element (a slice assignment costs Numba seconds of compile: see _copy)
     d = depth
     for r in (*gm, *gn):
         d = _loop(ctx, d, r, size[r], False)
@@ -1074,18 +1036,20 @@ def _copy(ctx: _Ctx, stmt: Load | Store, depth: int) -> None:
     n = " * ".join(f"max(0, {q}_hi - {q}_lo + 1)" for q in names) or "1"
     cnt = ctx.tmp("n")
     ctx.emit(depth, f"{cnt} = {n}")
-    ctx.emit(depth, f"if {cnt} > 0:")
-    glob = [f"{q}_lo:{q}_hi + 1" for q in names]
-    local = [f"{q}_lo:{q}_hi + 1" if z is None else f"{q}_lo - {z}:{q}_hi + 1 - {z}" for q, z in zip(names, bases,
-                                                                                                     strict=True)]
+    # element loops, not slice assignment: Numba compiles a shape check per slice assignment (seconds each)
+    d = depth
+    for q in names:
+        ctx.emit(d, f"for {q}_i in range({q}_lo, {q}_hi + 1):")
+        d += 1
+    glob = [f"{q}_i" for q in names]
+    local = [f"{q}_i" if z is None else f"{q}_i - {z}" for q, z in zip(names, bases, strict=True)]
     arr = ctx.params[stmt.tensor]
     buf = ctx.bufvar[stmt.buffer]
-    if isinstance(stmt, Load):
-        ctx.emit(depth + 1, f"{buf}[{', '.join(local) or '0'}] = {arr}[{', '.join(glob) or '0'}]")
-        ctx.emit(depth + 1, f"tc[{ctx.slot[stmt.tensor]}] += {cnt}")
-    else:
-        ctx.emit(depth + 1, f"{arr}[{', '.join(glob) or '0'}] = {buf}[{', '.join(local) or '0'}]")
-        ctx.emit(depth + 1, f"tc[{ctx.slot[stmt.tensor] + 1}] += {cnt}")
+    src, dst = (f"{arr}[{', '.join(glob) or '0'}]", f"{buf}[{', '.join(local) or '0'}]")
+    if isinstance(stmt, Store):
+        src, dst = dst, src
+    ctx.emit(d, f"{dst} = {src}")
+    ctx.emit(depth, f"tc[{ctx.slot[stmt.tensor] + (1 if isinstance(stmt, Store) else 0)}] += {cnt}")
 
 
 def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
@@ -1102,10 +1066,17 @@ def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
     ctx.emit(depth, f"if not {ctx.names.first(s.loop)}:")
     ctx.emit(depth + 1, f"{name}_d = {name} - {wb}")
     ctx.emit(depth + 1, f"for {name}_i in range(max(0, {ax.extent} - {name}_d)):")
-    idx = [":"] * len(b.axes)
-    src = list(idx)
-    idx[s.axis], src[s.axis] = f"{name}_i", f"{name}_i + {name}_d"
-    ctx.emit(depth + 2, f"{ctx.bufvar[b.name]}[{', '.join(idx)}] = {ctx.bufvar[b.name]}[{', '.join(src)}]")
+    d = depth + 2
+    idx = []
+    for i, n in enumerate(b.shape):  # element loops (see _copy)
+        if i == s.axis:
+            idx.append(f"{name}_i")
+            continue
+        ctx.emit(d, f"for {name}_a{i} in range({n}):")
+        idx.append(f"{name}_a{i}")
+        d += 1
+    src = [f"{x} + {name}_d" if i == s.axis else x for i, x in enumerate(idx)]
+    ctx.emit(d, f"{ctx.bufvar[b.name]}[{', '.join(idx)}] = {ctx.bufvar[b.name]}[{', '.join(src)}]")
     ctx.emit(depth, f"{wb} = {name}")
 
 

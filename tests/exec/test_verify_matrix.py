@@ -11,36 +11,32 @@ import pytest
 from analysis.cascades import random_cascades
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from small_cascades import SMALL, small_cascade
 
 from mambalaya.analysis import analyze_group, check_group
 from mambalaya.arch import load_arch
-from mambalaya.cost.heuristics import greedy_mapping
+from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.legality import plain_loop_order
 from mambalaya.errors import MambalayaError
 from mambalaya.exec.verify import verify_mapping
-from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper import optimal_mapping
 from mambalaya.parse import open_cascade
 from mambalaya.parse.cascade_file import cascade_from_dict
 
-SMALL = {
-    "mamba1": {"seqlen": 13, "d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2": {"seqlen": 19, "d_model": 16, "d_state": 4, "headdim": 8, "chunk": 4},
-    "mamba1-decode": {"d_model": 8, "d_state": 4, "dt_rank": 2},
-    "mamba2-decode": {"d_model": 16, "d_state": 4, "headdim": 8},
-    "attention": {},
-    "mlp2": {},
-}
 ARCHS = ("imax3", "mambalaya", "marca", "h100", "h200")
+BACKENDS = ("numba", "python", "triton")
 
 
 def _small(name: str):
-    c = open_cascade(name)
-    return c.with_params(**{k: v for k, v in SMALL[name].items() if k in c.params})
+    return small_cascade(name)
 
 
-def _check(cascade, arch, mapping) -> dict:
-    r = verify_mapping(cascade, arch, mapping=mapping)
+def _check(cascade, arch, mapping, backend: str = "numba") -> dict:
+    if backend == "triton":
+        pytest.importorskip("triton")
+        pytest.importorskip("torch")
+    r = verify_mapping(cascade, arch, mapping=mapping, backend=backend)
     assert r["numerics_ok"], r
     assert r["traffic_counted_bytes"] == r["traffic_predicted_bytes"], (
         r["traffic_predicted_by_tensor"], r["traffic_counted_by_tensor"])
@@ -53,31 +49,35 @@ def _mappings(cascade, arch, kinds=("optimal", "greedy", "unfused")):
     if "greedy" in kinds:
         yield "greedy", greedy_mapping(cascade, arch)
     if "unfused" in kinds:
-        yield "unfused", unfused_mapping(cascade)
+        yield "unfused", unfused_baseline(cascade, arch)
 
 
-#: the default suite's subset (numba compiles each group's kernel: keep it small)
-FAST = [("mamba1", "imax3", 2048, ("optimal",)), ("mlp2", "h100", 2048, ("optimal", "greedy", "unfused")),
-        pytest.param("mamba1", "imax3", 2048, ("greedy",), marks=pytest.mark.slow)]
+#: the default suite's subset (numba compiles each group's kernel, triton interprets it: keep it small)
+FAST = [("mamba1", "imax3", 2048, ("optimal",), "numba"), ("mlp2", "h100", 512, ("optimal", "greedy", "unfused"), "numba"),
+        ("mamba1", "h200", 2048, ("optimal",), "triton"), ("mamba1", "mambalaya", 2048, ("optimal",), "python"),
+        pytest.param("mamba2", "h200", 2048, ("optimal",), "triton", marks=pytest.mark.slow),
+        pytest.param("mamba1", "imax3", 2048, ("greedy",), "numba", marks=pytest.mark.slow),
+        pytest.param("mamba2", "mambalaya", 2048, ("optimal", "unfused"), "numba", marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize(("name", "arch_name", "buffer", "kinds"), FAST)
-def test_matrix_fast(name: str, arch_name: str, buffer: int, kinds: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("name", "arch_name", "buffer", "kinds", "backend"), FAST)
+def test_matrix_fast(name: str, arch_name: str, buffer: int, kinds: tuple[str, ...], backend: str) -> None:
     c = _small(name)
     arch = load_arch(arch_name).with_overrides(fusion_buffer_bytes=buffer)
     tiled = 0
     for _, m in _mappings(c, arch, kinds):
-        _check(c, arch, m)
+        _check(c, arch, m, backend)
         tiled += sum(1 for g in m.groups if g.tiles)
     assert tiled, "the shrunken buffer should force some tiling"
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["numba", "triton"])
 @pytest.mark.parametrize("arch_name", ARCHS)
 @pytest.mark.parametrize("name", sorted(SMALL))
 @pytest.mark.parametrize("shrink", [None, 2048])
-def test_matrix_full(name: str, arch_name: str, shrink: int | None) -> None:
-    c = _small(name) if shrink else open_cascade(name)
+def test_matrix_full(name: str, arch_name: str, shrink: int | None, backend: str) -> None:
+    c = _small(name) if shrink or backend == "triton" else open_cascade(name)
     arch = load_arch(arch_name)
     if shrink:
         arch = arch.with_overrides(fusion_buffer_bytes=shrink)
@@ -86,7 +86,7 @@ def test_matrix_full(name: str, arch_name: str, shrink: int | None) -> None:
     except MambalayaError:
         pytest.skip("no mapping fits the shrunken buffer")
     for _, m in maps:
-        _check(c, arch, m)
+        _check(c, arch, m, backend)
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_recompute_reruns_the_producer() -> None:
     groups = [FusionGroup(g.einsums, recompute=("DT",)) if k in consumers else g for k, g in enumerate(groups)]
     m = Mapping(tuple(groups), c.name)
     r = _check(c, load_arch("mambalaya"), m)
-    assert "DT" not in r["traffic_counted_by_tensor"] or r["traffic_counted_by_tensor"]["DT"]["write"] == 0
+    assert "DT" not in r["traffic_counted_by_tensor"]  # never written, never read
     assert i >= 0
 
 
@@ -141,16 +141,24 @@ def cascade_and_mapping(draw: st.DrawFn):
     return c, Mapping(tuple(groups), c.name), buffer
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
-@given(cascade_and_mapping())
-def test_random_cascades_random_legal_mappings(case) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cascade_and_mapping())
+def test_random_cascades_random_legal_mappings(case, backend: str) -> None:
     c, m, buffer = case
-    _check(c, load_arch("mambalaya").with_overrides(fusion_buffer_bytes=buffer), m)
+    arch = load_arch("h200" if backend == "triton" else "mambalaya").with_overrides(fusion_buffer_bytes=buffer)
+    try:
+        from mambalaya.schedule import lower_mapping
+
+        lower_mapping(c, m, arch)
+    except MambalayaError:
+        return  # the tiles do not fit the buffer: refused, with the reason
+    _check(c, arch, m, backend)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(cascade_and_mapping())
-def test_random_cascades_random_legal_mappings_many(case) -> None:
-    c, m, buffer = case
-    _check(c, load_arch("mambalaya").with_overrides(fusion_buffer_bytes=buffer), m)
+@given(case=cascade_and_mapping())
+def test_random_cascades_random_legal_mappings_many(case, backend: str) -> None:
+    test_random_cascades_random_legal_mappings.hypothesis.inner_test(case, backend)
