@@ -1,4 +1,4 @@
-"""Fused Numba executor vs the reference interpreter vs transformers' pure-PyTorch mixers.
+"""The Numba executor on the mapper's schedule vs the reference interpreter vs transformers' PyTorch mixers.
 
 One Mamba layer at batch 1, same thread count for everyone (torch.set_num_threads,
 NUMBA_NUM_THREADS), random-init layers from ``tests/hf_reference.py`` so the
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 THREADS = os.environ.setdefault("NUMBA_NUM_THREADS", "2")
+#: The architecture whose optimum (and capacity: the arena) the CPU executor runs.
+ARCH = "mambalaya"
 
 import numpy as np  # noqa: E402
 
@@ -143,60 +145,78 @@ class TorchWorker:
         self.proc.wait(timeout=60)
 
 
-def bench(model: str, seqlen: int, repeat: int, reference: bool, unfused: bool) -> dict:
-    """One prefill row: ``repeat`` rounds, each a torch run then a fused run (best of each kept)."""
+def _run(cascade, schedule, inputs):
+    from mambalaya.exec.backend import execute
+
+    return execute(cascade, schedule, inputs, "numba", "float32")
+
+
+def bench(model: str, seqlen: int, repeat: int, reference: bool, unfused: bool, arch: str = ARCH) -> dict:
+    """One prefill row: ``repeat`` rounds, each a torch run then each schedule's run (best of each kept).
+
+    ``mapper``: the mapper's optimum for ``arch``, run as its schedule (the arena the arch's capacity): what
+    ``mambalaya run --arch`` gives a user. ``hand``: the hand-picked untiled groups (a comparison row; their
+    whole-tensor buffers need an arena of the layer's size)."""
     from hf_reference import mixer_arrays
 
-    from mambalaya.exec.fused import run_fused
+    from mambalaya.arch import load_arch
+    from mambalaya.cost.heuristics import unfused_baseline
     from mambalaya.exec.realweights import bind_weights
     from mambalaya.exec.reference import run_reference
-    from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+    from mambalaya.ir.mapping import FusionGroup, Mapping
+    from mambalaya.mapper import optimal_mapping
     from mambalaya.parse import open_cascade
+    from mambalaya.schedule import lower_mapping
 
     family = "mamba2" if model.startswith("mamba2") else "mamba1"
     cascade = open_cascade(family, model=model, params={"seqlen": seqlen, "batch": 1})
     v = cascade.values
     values = {k: v[k] for k in MIXER_PARAMS if k in v}
-    row: dict = {"model": model, "seqlen": seqlen, "threads": int(THREADS), "load_before": _load()}
+    row: dict = {"model": model, "seqlen": seqlen, "threads": int(THREADS), "arch": arch, "load_before": _load()}
     mixer = _mixer(family, values)
     inputs = bind_weights(cascade, mixer_arrays(mixer))
     inputs["U"] = _input(seqlen, v["d_model"])
-    mappings = {"fused": Mapping(tuple(FusionGroup(tuple(g)) for g in FUSED[family]), cascade.name)}
+    a = load_arch(arch)
+    t0 = time.perf_counter()
+    mapper = optimal_mapping(cascade, a).mapping
+    row["map_s"] = round(time.perf_counter() - t0, 2)
+    big = a.with_overrides(fusion_buffer_bytes=1 << 34)  # room for the hand mapping's whole-tensor buffers
+    hand = Mapping(tuple(FusionGroup(tuple(g)) for g in FUSED[family]), cascade.name)
+    schedules = {"mapper": lower_mapping(cascade, mapper, a), "hand": lower_mapping(cascade, hand, big)}
     if unfused:
-        mappings["unfused"] = unfused_mapping(cascade)
+        schedules["unfused"] = lower_mapping(cascade, unfused_baseline(cascade, a), a)
     with tempfile.TemporaryDirectory() as tmp, TorchWorker() as torch_proc:
         out = str(Path(tmp) / "torch_out.npy")
         torch_proc.ask({"family": family, "values": values, "seqlen": seqlen, "out": out})
         want = np.load(out)
-        first = {}
-        for label, mapping in mappings.items():
-            first[label] = run_fused(cascade, mapping, inputs, "float32")  # warm-up: compiles (or loads the cache)
-            row[f"{label}_compile_s"] = round(first[label].compile_s, 2)
-            row[f"{label}_traffic_MB"] = round(first[label].traffic_bytes / 1e6, 2)
-            got = first[label].outputs["OUT"]
+        for label, sched in schedules.items():
+            first = _run(cascade, sched, inputs)  # warm-up: compiles (or loads the disk cache)
+            row[f"{label}_compile_s"] = round(first.compile_s, 2)
+            row[f"{label}_traffic_MB"] = round(first.traffic_bytes / 1e6, 2)
+            row[f"{label}_groups"] = len(sched.groups)
+            got = first.outputs["OUT"]
             row[f"{label}_max_rel_err_vs_torch"] = float(np.abs(got - want).max() / np.abs(want).max())
-        best = {label: float("inf") for label in ["torch", *mappings]}
+        best = {label: float("inf") for label in ["torch", *schedules]}
         groups = None
         for _ in range(repeat):
             best["torch"] = min(best["torch"], torch_proc.time())
-            for label, mapping in mappings.items():
-                # timed without the traffic marks (count=False): the bytes come from the first, counted run
-                r = run_fused(cascade, mapping, inputs, "float32", count=False)
+            for label, sched in schedules.items():
+                r = _run(cascade, sched, inputs)
                 best[label] = min(best[label], r.run_s)
-                if label == "fused":
-                    groups = r.per_group_s if groups is None else [min(a, b) for a, b in zip(groups, r.per_group_s,
-                                                                                              strict=True)]
+                if label == "mapper":
+                    groups = r.group_s if groups is None else [min(x, y) for x, y in zip(groups, r.group_s, strict=True)]
     for label, seconds in best.items():
         row[f"{label}_s"] = seconds
-    row["fused_group_ms"] = {"+".join(g.einsums): round(t * 1e3, 1)
-                             for g, t in zip(mappings["fused"].groups, groups or [], strict=True)}
+    row["mapper_group_ms"] = {"+".join(g.einsums): round(t * 1e3, 1)
+                              for g, t in zip(schedules["mapper"].groups, groups or [], strict=True)}
     if reference:
         t = time.perf_counter()
         run_reference(cascade, inputs, "float32", keep="outputs")
         row["reference_s"] = time.perf_counter() - t
-    row["torch_over_fused"] = row["torch_s"] / row["fused_s"]
+    row["torch_over_mapper"] = row["torch_s"] / row["mapper_s"]
+    row["torch_over_hand"] = row["torch_s"] / row["hand_s"]
     if reference:
-        row["reference_over_fused"] = row["reference_s"] / row["fused_s"]
+        row["reference_over_mapper"] = row["reference_s"] / row["mapper_s"]
     row["load_after"] = _load()
     return row
 
@@ -212,10 +232,10 @@ def bench_decode(model: str, layers: int, tokens: int) -> dict:
     """
     from hf_reference import mixer_arrays
 
-    from mambalaya.exec.fused import run_fused
     from mambalaya.exec.realweights import bind_weights
-    from mambalaya.ir.mapping import FusionGroup, Mapping
+    from mambalaya.mapper import optimal_mapping
     from mambalaya.parse import open_cascade
+    from mambalaya.schedule import lower_mapping
 
     family = "mamba2" if model.startswith("mamba2") else "mamba1"
     cascade = open_cascade(f"{family}-decode", model=model, params={"batch": 1})
@@ -225,31 +245,31 @@ def bench_decode(model: str, layers: int, tokens: int) -> dict:
     row: dict = {"model": model, "layers": layers, "load_before": _load()}
     mixer = _mixer(family, values)
     weights = bind_weights(cascade, mixer_arrays(mixer))
-    mapping = Mapping((FusionGroup(cascade.einsum_names),), cascade.name)
+    schedule = lower_mapping(cascade, optimal_mapping(cascade, ARCH).mapping, ARCH)
     s_in, s_out = ("H0", "H1") if family == "mamba1" else ("S0", "S1")
     rng = np.random.default_rng(0)
     states = [{"CS0": np.zeros(cascade.shape("CS0"), np.float32), s_in: np.zeros(cascade.shape(s_in), np.float32)}
               for _ in range(layers)]
 
-    def token(count: bool) -> float:
+    def token() -> float:
         h = rng.standard_normal((1, 1, v["d_model"])).astype(np.float32)
         compile_s = 0.0
         for st in states:
             x = h / np.sqrt(np.mean(h * h) + np.float32(1e-5))
-            r = run_fused(cascade, mapping, {**weights, "U": x, **st}, "float32", count=count)
+            r = _run(cascade, schedule, {**weights, "U": x, **st})
             compile_s += r.compile_s
             st["CS0"], st[s_in] = r.outputs["CS1"], r.outputs[s_out]
             h = h + r.outputs["OUT"].reshape(1, 1, -1)
         return compile_s
 
-    row["decode_compile_s"] = round(token(True), 2)
+    row["decode_compile_s"] = round(token(), 2)
     best_torch = best = float("inf")
     with TorchWorker() as torch_proc:
         torch_proc.ask({"family": family, "values": values, "layers": layers})
         for _ in range(tokens):
             best_torch = min(best_torch, torch_proc.time())
             t = time.perf_counter()
-            token(False)
+            token()
             best = min(best, time.perf_counter() - t)
     row.update(torch_ms_per_token=best_torch * 1e3, torch_tokens_per_s=1.0 / best_torch, ms_per_token=best * 1e3,
                tokens_per_s=1.0 / best, load_after=_load())
@@ -268,29 +288,31 @@ def _table(rows: list[dict], cols: list[str]) -> list[str]:
 
 def markdown(rows: list[dict], drows: list[dict], argv: list[str], unfused: bool, layers: int) -> str:
     """The results file: prefill table, per-group fused times, decode table."""
-    cols = ["model", "seqlen", "torch_s", "fused_s", "reference_s", "torch_over_fused", "reference_over_fused",
-            "fused_compile_s", "fused_traffic_MB", "fused_max_rel_err_vs_torch", "load_before", "load_after"]
+    cols = ["model", "seqlen", "torch_s", "mapper_s", "hand_s", "reference_s", "torch_over_mapper", "torch_over_hand",
+            "reference_over_mapper", "map_s", "mapper_groups", "mapper_compile_s", "mapper_traffic_MB",
+            "mapper_max_rel_err_vs_torch", "load_before", "load_after"]
     if unfused:
-        cols.insert(4, "unfused_s")
-    lines = [f"# Fused executor vs reference vs transformers (batch 1, {THREADS} threads)", "", "```",
+        cols.insert(5, "unfused_s")
+    lines = [f"# Numba executor vs reference vs transformers (batch 1, {THREADS} threads)", "", "```",
              "PYTHONPATH=. .venv/bin/python " + " ".join(argv), "```", "",
-             "Times in seconds, best of the warm runs (compile excluded: `fused_compile_s` is the first run's "
-             "compile or disk-cache load). `torch_over_fused` and `reference_over_fused` > 1 mean the fused "
-             "executor is faster. PyTorch (transformers' `MambaMixer` / `Mamba2Mixer` on their pure-PyTorch "
-             "paths) runs in a process of its own with the same thread count, its runs alternating with the "
-             "fused executor's (the reference runs once). `load_before` / `load_after`: "
-             "the machine's 1-minute load average around the row (the machine has "
-             f"{os.cpu_count()} cores; a load above {THREADS} means others were running too).", "",
+             f"Times in seconds, best of the warm runs (compile excluded: `*_compile_s` is the first run's compile "
+             f"or disk-cache load). `mapper`: the mapper's optimum for `{ARCH}`, run as its schedule in an arena of "
+             f"that arch's capacity (what `mambalaya run --arch {ARCH}` runs); `hand`: hand-picked untiled fusion "
+             "groups (a comparison row, their buffers whole tensors). `torch_over_*` > 1 means the executor is "
+             "faster. PyTorch (transformers' `MambaMixer` / `Mamba2Mixer` on their pure-PyTorch paths) runs in a "
+             "process of its own with the same thread count, its runs alternating with the executor's (the "
+             "reference runs once). `load_before` / `load_after`: the 1-minute load average around the row (the "
+             f"machine has {os.cpu_count()} cores; a load above {THREADS} means others were running too).", "",
              *_table(rows, cols)]
-    for r in rows:  # where a fused layer spends its time: each model's rows, one table per seqlen
-        groups = r.get("fused_group_ms", {})
-        lines += ["", f"Fused groups of {r['model']} at seqlen {r['seqlen']} (ms, the best run of each group):", "",
+    for r in rows:  # where the mapper's layer spends its time
+        groups = r.get("mapper_group_ms", {})
+        lines += ["", f"Groups of the mapper's schedule, {r['model']} at seqlen {r['seqlen']} (ms, best run):", "",
                   *_table([{"group": g, "ms": ms} for g, ms in groups.items()], ["group", "ms"])]
     if drows:
         dcols = ["model", "layers", "torch_ms_per_token", "ms_per_token", "torch_tokens_per_s", "tokens_per_s",
                  "fused_over_torch_tokens_per_s", "decode_compile_s", "load_before", "load_after"]
         lines += ["", f"Decode: {layers} decode steps in sequence per token, batch 1, the best token of the rounds "
-                  "(fused: one group per layer's decode cascade, count=False; torch: the mixer's single-token "
+                  f"(the mapper's {ARCH} schedule of each layer's decode cascade; torch: the mixer's single-token "
                   "cache path); each layer reads the RMS-normalised residual stream and adds its output to it, "
                   "as the model's blocks do.", "",
                   *_table(drows, dcols)]

@@ -76,6 +76,19 @@ def mamba1_gpu_mapping(cascade: Any) -> Any:
         cascade)
 
 
+def _variants(cascade: Any, family: str, first: bool) -> list[tuple[str, Any]]:
+    """The mappings a point runs: the mapper's h200 optimum (what the tool gives a user), the hand-written
+    GPU mapping beside it (a comparison row), and at a model's first point the unfused baseline."""
+    from mambalaya.cost.heuristics import unfused_baseline
+    from mambalaya.mapper import optimal_mapping
+
+    out = [("mapper", optimal_mapping(cascade, "h200").mapping),
+           ("hand", mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade))]
+    if first:
+        out.append(("unfused", unfused_baseline(cascade, "h200")))
+    return out
+
+
 def layer_inputs(cascade: Any, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs with weight scales like a trained layer's (so nothing overflows in fp32)."""
     from mambalaya.exec.reference import random_inputs
@@ -237,28 +250,30 @@ def _timer(dry: bool):
 
 
 def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int) -> dict[str, Any]:
+    """One mapping's schedule through the Triton backend: per group the measured time next to the cost model's."""
     from mambalaya.cost import evaluate
-    from mambalaya.exec.triton_backend import run_triton
+    from mambalaya.exec.backend import get_backend
 
     t0 = time.perf_counter()
-    res = run_triton(cascade, mapping, inputs, "float32", "tf32", repeat=repeat, warmup=2,
+    report = evaluate(cascade, "h200", mapping)
+    engine = get_backend("triton")
+    program = engine.compile(cascade, report.schedule, "float32", matmul_precision="tf32")
+    compile_s = time.perf_counter() - t0
+    res = engine.run(program, inputs, repeat=repeat, warmup=2,
                      layer_repeat=0 if os.environ.get("TRITON_INTERPRET") == "1" else 2 * repeat)
     wall = time.perf_counter() - t0
-    report = evaluate(cascade, "h200", mapping)
     groups = []
-    for g, pc in zip(res.groups, report.groups, strict=True):
-        groups.append({"einsums": list(g.einsums), "backend": g.backend, "reason": g.reason,
-                       "grid": [list(x) for x in g.grid], "programs": g.programs, "dot": list(g.dot_einsums),
-                       "launch": g.launch, "variant": g.variant,
-                       "tuned": [{**c._asdict(), "time_s": t} for c, t in g.tuned],
-                       "scan": list(g.scan), "inline": list(g.inline),
-                       "scratch": list(g.scratch),
-                       "measured_s": g.time_s, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
+    for g, run, t, pc in zip(report.schedule.groups, res.extra["groups"], res.group_s, report.groups, strict=True):
+        groups.append({"einsums": list(g.einsums), "backend": run["backend"], "reason": run.get("reason", ""),
+                       "programs": g.programs, "grid": [[lp.rank, lp.tile, lp.trips] for lp in g.loops[:g.grid]],
+                       "dots": run.get("dots", 0), "occupancy_bytes": g.occupancy_bytes,
+                       "measured_s": t, "predicted_s": pc.latency_s, "predicted_memory_s": pc.memory_s,
                        "predicted_compute_s": pc.compute_s, "traffic_bytes": pc.traffic_bytes})
-    return {"mapping": label, "measured_s": res.total_s, "predicted_s": report.latency_s,
-            "layer_eager_s": res.layer_eager_s, "layer_graph_s": res.layer_graph_s,
-            "traffic_bytes": report.traffic_bytes, "compile_s": res.compile_s, "wall_s": wall,
-            "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
+    counted = res.traffic_bytes
+    return {"mapping": label, "measured_s": res.run_s, "predicted_s": report.latency_s,
+            "layer_eager_s": res.extra.get("layer_eager_s"), "layer_graph_s": res.extra.get("layer_graph_s"),
+            "traffic_bytes": report.traffic_bytes, "traffic_counted_bytes": counted, "compile_s": compile_s,
+            "wall_s": wall, "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
 
 
 def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool,
@@ -266,7 +281,7 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
     import torch
     import triton
 
-    from mambalaya.exec.triton_backend import compare
+    from mambalaya.exec.verify import compare
     from mambalaya.parse import open_cascade
 
     warnings.filterwarnings("ignore", category=RuntimeWarning)
@@ -305,13 +320,8 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
         repeat = 3 if dry else (5 if seqlen * batch >= 32768 else 10)
         point: dict[str, Any] = {"model": model, "batch": batch, "seqlen": seqlen, "runs": []}
         print(f"== {model} batch {batch} seqlen {seqlen}", flush=True)
-        mapping = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
-        variants = [("fused", mapping)]
-        if model not in seen:
-            from mambalaya.ir.mapping import unfused_mapping
-
-            variants.append(("unfused", unfused_mapping(cascade)))
-            seen.add(model)
+        variants = _variants(cascade, family, first=model not in seen)
+        seen.add(model)
         fused_out = None
         for label, m in variants:
             try:
@@ -329,7 +339,7 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
                   f" compile {run['compile_s']:.1f} s, fallbacks {run['fallbacks']})", flush=True)
             for g in run["groups"]:
                 print(f"    {' '.join(g['einsums']):28s} {g['measured_s'] * 1e3:8.3f} / {g['predicted_s'] * 1e3:7.3f} ms"
-                      f" {g['launch'] or ''}", flush=True)
+                      f" {g['programs']} programs", flush=True)
             point["runs"].append(run)
         if family == "mamba2":
             w = {k: torch.from_numpy(v).to(dev) for k, v in inputs.items()}
@@ -428,17 +438,16 @@ def repredict(data: dict) -> None:
     """Replace every prediction in ``data`` by the cost model's with the specs as they are now (the
     measurements stay): a spec corrected after a run is judged against the same measured times."""
     from mambalaya.cost import evaluate
-    from mambalaya.ir.mapping import unfused_mapping
     from mambalaya.parse import open_cascade
 
     for p in data["points"]:
         family = "mamba2" if p["model"].startswith("mamba2") else "mamba1"
         cascade = open_cascade(family, model=p["model"], params={"batch": p["batch"], "seqlen": p["seqlen"]})
-        fused = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
+        mappings = dict(_variants(cascade, family, first=True))
         for r in p["runs"]:
-            if "error" in r:
+            if "error" in r or r["mapping"] not in mappings:
                 continue
-            report = evaluate(cascade, "h200", fused if r["mapping"] == "fused" else unfused_mapping(cascade))
+            report = evaluate(cascade, "h200", mappings[r["mapping"]])
             r["predicted_s"] = report.latency_s
             for g, pc in zip(r["groups"], report.groups, strict=True):
                 g.update(predicted_s=pc.latency_s, predicted_memory_s=pc.memory_s, predicted_compute_s=pc.compute_s)
@@ -454,7 +463,7 @@ def _mamba_ssm_rows(data: dict) -> list[str]:
              "|---|---:|---:|" + "---:|" * (len(pairs) + 1)]
     for p in data["points"]:
         ks = p.get("mamba_ssm_kernels_s")
-        run = next((r for r in p["runs"] if r.get("mapping") == "fused" and "error" not in r), None)
+        run = next((r for r in p["runs"] if r.get("mapping") == "mapper" and "error" not in r), None)
         if not ks or not run:
             continue
         ours = {" ".join(g["einsums"]): g["measured_s"] for g in run["groups"]}
@@ -497,7 +506,7 @@ def table(path: Path, repredicted: bool = False) -> str:
     ]
     for p in data["points"]:
         runs = {r["mapping"]: r for r in p["runs"] if "error" not in r}
-        f, u = runs.get("fused"), runs.get("unfused")
+        f, u = runs.get("mapper"), runs.get("unfused")
 
         def ratio(r: dict | None) -> str:
             if not r:

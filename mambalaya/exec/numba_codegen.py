@@ -243,7 +243,8 @@ class _Ctx:
         return "np.float32(0.0)" if self.dtype == "float32" else "0.0"
 
     def tmp(self, stem: str = "v") -> str:
-        return f"{stem}{next(self.counter)}"
+        """A fresh name: ``stem_N`` never meets a buffer ``bN``, a parameter ``xN`` or a tile loop's ``tN``."""
+        return f"{stem}_{next(self.counter)}"
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)

@@ -171,7 +171,8 @@ class _Ctx:
         return "tl.float64" if self.dtype == "float64" else "tl.float32"
 
     def tmp(self, stem: str = "v") -> str:
-        return f"{stem}{next(self.counter)}"
+        """A fresh name: ``stem_N`` never meets a buffer ``bN``, a parameter ``xN`` or a tile loop's ``tN``."""
+        return f"{stem}_{next(self.counter)}"
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
@@ -427,9 +428,9 @@ def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _
         ctx.emit(depth, f"for {s} in range({nmax}):")
         flat = s
     else:
-        ctx.emit(depth, f"for {s}0 in range(0, {nmax}, {nblk}):")
+        ctx.emit(depth, f"for {s}s in range(0, {nmax}, {nblk}):")
         flat = f"{s}v"
-        ctx.emit(depth + 1, f"{flat} = {s}0 + tl.arange(0, {nblk})")
+        ctx.emit(depth + 1, f"{flat} = {s}s + tl.arange(0, {nblk})")
         s = flat
     depth += 1
     lane = f"{s} < {total}" if ext else f"{s} < 1"

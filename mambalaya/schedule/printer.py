@@ -1,7 +1,7 @@
 """A schedule as readable pseudo-code: loops with their roles, buffers, loads, computes, stores.
 
-The form reports and ``mambalaya schedule`` show (and the closing notes quote): one block per
-group, its buffers with sizes and places in the arena, then the statement tree. Ranges read as
+One block per group: its buffers with sizes and places in the arena (in elements), then the
+statement tree; a GPU's grid loops read "programs of the grid". Ranges read as
 ``l in tile(l)`` (the loop's current tile), ``l in tile(l)+1`` (run one ahead), ``l in 256*tile(c)``
 (the parent of a tiled piece) or ``c in tile(l)//256`` (a piece of a tiled rank).
 """
@@ -61,7 +61,7 @@ def format_buffer(b: Buffer) -> str:
         elif a.base == "state":
             notes.append(f"axis {i}: the latest step")
     extra = f" ({', '.join(notes)})" if notes else ""
-    return f"{b.name}: {b.kind} of {b.tensor} [{shape}] {_bytes(b.nbytes)} at {b.offset}{extra}"
+    return f"{b.name}: {b.kind} of {b.tensor} [{shape}] {_bytes(b.nbytes)} at element {b.offset}{extra}"
 
 
 def _statement(s: Statement, g: GroupSchedule, depth: int, lines: list[str]) -> None:
@@ -69,7 +69,8 @@ def _statement(s: Statement, g: GroupSchedule, depth: int, lines: list[str]) -> 
     if isinstance(s, LoopBlock):
         lp = g.loops[s.loop]
         role = lp.role + (f": {lp.why}" if lp.why else "")
-        lines.append(f"{pad}for {lp.rank} in 0..{lp.extent} step {lp.tile} ({lp.trips} tiles, {role}):")
+        how = f"{lp.trips} programs of the grid" if s.loop < g.grid else f"{lp.trips} tiles, {role}"
+        lines.append(f"{pad}for {lp.rank} in 0..{lp.extent} step {lp.tile} ({how}):")
         for x in s.body:
             _statement(x, g, depth + 1, lines)
         return
