@@ -18,7 +18,7 @@ from mambalaya.cost.latency import compute_seconds, group_latency, memory_second
 from mambalaya.cost.ops import flops, ops_by_kind
 from mambalaya.cost.price import Traffic, TrafficRow, member_ops, traffic_rows
 from mambalaya.ir.cascade import Cascade
-from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.schedule import GroupSchedule, Schedule, lower_mapping
 
 
@@ -245,10 +245,14 @@ def evaluate(
     *,
     ctx: CostContext | None = None,
 ) -> CostReport:
-    """The cost of ``mapping`` (default: the unfused one) of ``cascade`` on ``arch``."""
+    """The cost of ``mapping`` of ``cascade`` on ``arch`` (default: the unfused baseline, every Einsum alone at
+    its best tiling, since an untiled Einsum of a published layer rarely fits a buffer whole)."""
     arch = load_arch(arch) if isinstance(arch, str) else arch
     ctx = ctx or CostContext(cascade, arch)
-    mapping = mapping or unfused_mapping(cascade)
+    if mapping is None:
+        from mambalaya.cost.heuristics import unfused_baseline  # the baseline is priced by this model
+
+        mapping = unfused_baseline(cascade, arch, ctx=ctx)
     check_fusable(arch, mapping)
     sched = lower_mapping(cascade, mapping, arch, lowerer=ctx.lowerer)
     groups, einsums, rows = [], [], []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from mambalaya.schedule.intervals import IndexForm, Interval
 from mambalaya.schedule.ir import AxisBox, Loop, Range
@@ -64,14 +65,18 @@ class AxisFn:
     plain integer arithmetic (the lowering and the mapper evaluate boxes millions of times). Reads with a
     floor or remainder of a moving rank use the general evaluator."""
 
-    __slots__ = ("axis", "ranges", "size", "loops", "reads", "static", "generic", "affine", "_reach")
+    __slots__ = ("axis", "ranges", "size", "loops", "reads", "static", "generic", "affine", "_reach", "memo", "shape",
+                 "canon")
 
-    def __init__(self, axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> None:
+    def __init__(self, axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]], memo: dict | None = None) -> None:
         self.axis, self.ranges, self.size, self.loops = axis, ranges, axis.size, axis.loops
         self.static: Interval | None = None
         self.generic = False
         self.affine = is_affine(axis, ranges)
         self._reach: dict[tuple[int, int], int] = {}
+        self.memo = memo  # results of max_length and box_total keyed by what they depend on (see `shape`)
+        self.shape: tuple | None = None  # the compiled reads, which with the loops' tiles decide every interval
+        self.canon: tuple | None = None  # `shape` with its loops numbered in order (shared by equal boxes)
         reads = []
         for form, member in axis.reads:
             rr = ranges[member]
@@ -87,6 +92,16 @@ class AxisFn:
         self.reads = tuple(reads)
         if not self.generic and not axis.loops:
             self.static = self.interval({})
+        if memo is None:
+            pass
+        elif self.generic:  # (its key is itself: equal boxes over equal ranges share one AxisFn, see lower.Forms)
+            self.shape = self.canon = (self,)
+        else:
+            self.shape = (self.size, self.affine, self.reads)
+            number = {j: i for i, j in enumerate(sorted(axis.loops))}
+            self.canon = (self.size, self.affine, tuple(
+                (a, b, tuple((c, replace(r, loop=number.get(r.loop, -1)) if r.loop is not None else r) for c, r in terms))
+                for a, b, terms in self.reads))
 
     def interval(self, state: State) -> Interval:
         if self.static is not None:
@@ -210,6 +225,16 @@ def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     if fn.static is not None:
         return _length(fn.static)
     deps = sorted(fn.loops)
+    if fn.canon is not None:  # the mapper asks the same question of thousands of groups
+        key = ("max", fn.canon, tuple((loops[j].tile, loops[j].extent) for j in deps))
+        got = fn.memo.get(key)
+        if got is None:
+            got = fn.memo[key] = _max_length(fn, loops, deps)
+        return got
+    return _max_length(fn, loops, deps)
+
+
+def _max_length(fn: AxisFn, loops: tuple[Loop, ...], deps: list[int]) -> int:
     walks = [tiles_to_walk(loops[j], fn.affine, fn.reach(j, loops[j].extent))[0] for j in deps]
     best = 0
     for ts in itertools.product(*walks):
@@ -228,6 +253,20 @@ def box_total(fns: tuple[AxisFn, ...], enclosing: tuple[int, ...], loops: tuple[
     iteration of the ``enclosing`` loops; ``slides``: along that axis only the indices past the previous
     tile's box of ``slide_loop`` count; ``first_of``: it runs only on that loop's first tile; ``guard``:
     loops whose iterations after the first skip it (a replicated member's store)."""
+    memo = fns[0].memo if fns else None
+    if memo is not None and all(fn.shape is not None for fn in fns):
+        used = sorted(set(enclosing).union(*(fn.loops for fn in fns)))
+        key = ("total", tuple(fn.shape for fn in fns), enclosing, tuple((j, loops[j].tile, loops[j].extent) for j in used),
+               slides, slide_loop, first_of, guard)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _box_total(fns, enclosing, loops, slides, slide_loop, first_of, guard)
+        return got
+    return _box_total(fns, enclosing, loops, slides, slide_loop, first_of, guard)
+
+
+def _box_total(fns: tuple[AxisFn, ...], enclosing: tuple[int, ...], loops: tuple[Loop, ...], slides: int | None,
+               slide_loop: int | None, first_of: int | None, guard: frozenset[int]) -> tuple[int, int]:
     executions = 1
     for j in enclosing:
         if j not in guard and j != first_of:

@@ -83,7 +83,25 @@ class Forms:
     _accesses: dict[str, tuple[Access, ...]] = field(default_factory=dict)
     _full: dict[str, dict[str, Range]] = field(default_factory=dict)
     _boxes: dict[tuple, list[tuple[int, int]]] = field(default_factory=dict)
-    static_fns: dict = field(default_factory=dict)  # AxisBox -> AxisFn of boxes that move with no loop
+    extents: dict = field(default_factory=dict)  # box lengths and totals, by what they depend on (extent's memo)
+    _fns: dict = field(default_factory=dict)  # (box, the ranges its reads see) -> AxisFn, across groups
+    _inline: dict = field(default_factory=dict)
+
+    def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
+        """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
+        key = (tuple(members), tuple(candidates))
+        got = self._inline.get(key)
+        if got is None:
+            got = self._inline[key] = choose_inline(self.cascade, members, candidates) if candidates else {}
+        return got
+
+    def axis_fn(self, axis: AxisBox, ranges: dict[str, dict[str, Range]]) -> extent.AxisFn:
+        """The box compiled against the ranges its reads see (shared by every group that sees the same)."""
+        key = (axis, tuple(ranges[m][r] for f, m in axis.reads for r in f.ranks))
+        got = self._fns.get(key)
+        if got is None:
+            got = self._fns[key] = extent.AxisFn(axis, ranges, self.extents)
+        return got
     _effective: dict[tuple, tuple] = field(default_factory=dict)
 
     def full_ranges(self, einsum: str) -> dict[str, Range]:
@@ -216,7 +234,7 @@ class _Lowering:
         self.stored = stored
         self.notes: list[str] = []
         cands = [m for m in self.members if m not in stored and pointwise(cascade.einsum(m))]
-        self.inline = choose_inline(cascade, self.members, cands) if cands else {}
+        self.inline = forms.inline(self.members, cands)
         inline = frozenset(self.inline)
         self.inline_set = inline
         self.live = [m for m in self.members if m not in inline]
@@ -574,12 +592,11 @@ class _Builder:
         self.absorbed = {c: r for r, cs in lw.scans.items() for c in cs}  # scan consumer -> its recurrence
 
     def _fn(self, axis: AxisBox) -> extent.AxisFn:
-        """The axis compiled against this group's ranges (shared by equal boxes; one that moves with no loop
-        reads whole ranges, so it is shared by every group of the cascade)."""
-        cache = self.fns if axis.loops or self.loops else self.forms.static_fns
-        got = cache.get(axis)
+        """The axis compiled against this group's ranges (shared by equal boxes, and across groups whose
+        members see the same ranges)."""
+        got = self.fns.get(axis)
         if got is None:
-            got = cache[axis] = extent.AxisFn(axis, self.ranges)
+            got = self.fns[axis] = self.forms.axis_fn(axis, self.ranges)
         return got
 
     # -- names --

@@ -30,16 +30,12 @@ def mapping_text(groups: list[list[str]]) -> str:
 def evaluate_point(point: Point, objective: str = "latency") -> dict[str, Any]:
     """The row of one point (never raises for an infeasible mapping)."""
     cascade, arch = point.cascade, point.arch
-    unfused = evaluate(cascade, arch)
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(point.labels)
-    row.update(
-        unfused_traffic_bytes=unfused.traffic_bytes,
-        unfused_latency_s=unfused.latency_s,
-        fusion_buffer_bytes=arch.fusion_buffer_bytes,
-        offchip_bandwidth=arch.offchip_bandwidth,
-    )
+    row.update(fusion_buffer_bytes=arch.fusion_buffer_bytes, offchip_bandwidth=arch.offchip_bandwidth)
     try:
+        unfused = evaluate(cascade, arch)
+        row.update(unfused_traffic_bytes=unfused.traffic_bytes, unfused_latency_s=unfused.latency_s)
         res = optimal_mapping(cascade, arch, objective)
     except MambalayaError as err:
         row.update(feasible=False, reason=err.message)

@@ -50,18 +50,23 @@ def test_tiled_schedule_matches_transformers(tmp_path) -> None:
 
 
 def test_blocked_scan_matches_transformers() -> None:
-    """The fused scan with channels in blocks (d_inner 80: two full blocks and a partial one), float32."""
-    from mambalaya.exec.fused import run_fused
+    """The scan group with its channels in tiles (d_inner 80 in tiles of 32: two full and a partial one),
+    float32, on the Numba backend."""
+    from mambalaya.exec.backend import execute
     from mambalaya.exec.realweights import bind_weights
     from mambalaya.ir.mapping import FusionGroup, Mapping
     from mambalaya.parse import open_cascade
+    from mambalaya.schedule import lower_mapping
 
     mixer = hf.make_mamba1(d_model=40, d_state=16, seed=3)
     x = _x(2, 23, 40)
     c = open_cascade("mamba1").with_params(d_model=40, d_state=16, dt_rank=mixer.time_step_rank, batch=2, seqlen=23)
     inputs = {**bind_weights(c, hf.mixer_arrays(mixer)), "U": x}
-    groups = [["X0", "Z"], ["XC", "X"], ["DTR", "BM", "CM"], ["DT0", "DT"], ["A"], ["DA", "BX", "H", "SY", "HF"],
+    groups = [["X0"], ["Z"], ["XC", "X"], ["DTR"], ["BM"], ["CM"], ["DT0", "DT"], ["A"], ["DA", "BX", "H", "SY", "HF"],
               ["Y", "G", "OUT"], ["CSF"]]
-    m = Mapping(tuple(FusionGroup(tuple(g)) for g in groups), c.name)
-    got = run_fused(c, m, inputs, "float32").outputs["OUT"]
+    m = Mapping(tuple(FusionGroup(tuple(g), tiles={"d": 32} if "H" in g else {}) for g in groups), c.name)
+    sched = lower_mapping(c, m, "imax3", check=False)
+    scan = sched.groups[8]
+    assert [(lp.rank, lp.tile, lp.trips) for lp in scan.loops] == [("d", 32, 3)]
+    got = execute(c, sched, inputs, "numba", "float32").outputs["OUT"]
     assert np.abs(got - hf.mixer_forward(mixer, x)).max() <= TOL

@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 hf = pytest.importorskip("hf_reference")
 
 from mambalaya.cli import main  # noqa: E402
-from mambalaya.errors import WeightsError  # noqa: E402
+from mambalaya.errors import MambalayaError, WeightsError  # noqa: E402
 from mambalaya.exec.realweights import run_layer  # noqa: E402
 from mambalaya.exec.triton_backend import triton_available  # noqa: E402
 
@@ -57,5 +57,5 @@ def test_mamba2_triton_backend_matches_transformers(tmp_path, arch: str) -> None
 def test_unknown_backend_is_a_user_error(tmp_path) -> None:
     mixer = hf.make_mamba1(d_model=16, d_state=16, seed=1)
     config, weights = hf.save_mixer(mixer, None, tmp_path)
-    with pytest.raises(WeightsError, match="unknown backend"):
+    with pytest.raises(MambalayaError, match="unknown backend 'cuda': use one of"):
         run_layer(config, weights, _x(1, 4, 16), backend="cuda")
