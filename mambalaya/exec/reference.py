@@ -20,6 +20,7 @@ from mambalaya.ir.expr import Access, BinOp, Call, Compare, Const, Node, ParamRe
 from mambalaya.ir.functions import FUNCTIONS
 from mambalaya.ir.indexing import eval_index
 
+
 @dataclass
 class Value:
     """An array whose axes are the listed ranks, in order."""

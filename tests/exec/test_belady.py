@@ -151,9 +151,9 @@ def test_a_broken_residency_rule_is_caught(monkeypatch) -> None:
     """Keep every re-read operand resident across tiles whatever the capacity (the rule the old cost model
     had: each operand checked against the buffer alone). The bound catches the traffic it claims: a GEMM
     tiled m=2, k=2 in 128 B must hold its partial sums (48 B) while W1 (96 B) is read again per m tile."""
-    import mambalaya.schedule.lower as lower
     from cost.conftest import TINY_ARCH
 
+    import mambalaya.schedule.lower as lower
     from mambalaya.arch import parse_arch
     from mambalaya.parse import parse_cascade_text
 

@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 hf = pytest.importorskip("hf_reference")
 
 from mambalaya.cli import main  # noqa: E402
-from mambalaya.errors import MambalayaError, WeightsError  # noqa: E402
+from mambalaya.errors import MambalayaError  # noqa: E402
 from mambalaya.exec.realweights import run_layer  # noqa: E402
 from mambalaya.exec.triton_backend import triton_available  # noqa: E402
 
