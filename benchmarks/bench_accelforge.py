@@ -328,12 +328,12 @@ def ours_inprocess(key: str, tmp: Path, arch_path: Path = ARCH, repeats: int = 5
     """Our optimal mapping of a workload, timed cold (analysis cache emptied) ``repeats`` times."""
     from mambalaya.cost import evaluate
     from mambalaya.mapper import optimal_mapping
-    from mambalaya.mapper.space import _SHARED
+    from mambalaya.mapper.space import clear_shared
 
     times, totals = [], []
     result = cascade = None
     for _ in range(max(1, repeats)):
-        _SHARED.clear()
+        clear_shared()
         t0 = time.perf_counter()
         cascade = open_workload(key, tmp)
         scale = byte_scale(cascade, equivalent_arch(arch_path, 1))

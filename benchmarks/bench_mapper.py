@@ -34,7 +34,7 @@ from mambalaya.arch import load_arch, shipped_archs
 from mambalaya.cost import evaluate
 from mambalaya.ir.chain import chain_layers
 from mambalaya.mapper import optimal_mapping
-from mambalaya.mapper.space import _SHARED
+from mambalaya.mapper.space import clear_shared
 from mambalaya.parse import open_cascade
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -54,7 +54,7 @@ def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, m
     params = {"batch": batch} | ({"seqlen": seqlen} if seqlen else {})
     c = open_cascade(name, model=LAYERS[name], params=params)
     a = load_arch(arch)
-    _SHARED.clear()
+    clear_shared()
     t0 = time.perf_counter()  # timed without tracemalloc (it slows Python 2-3x); memory is the RSS peak
     r = optimal_mapping(c, a, max_size=max_size, layers=layers, time_limit_s=time_limit)
     wall = time.perf_counter() - t0

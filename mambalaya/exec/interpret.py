@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.exec.backend import RunResult, counted_bytes, register
-from mambalaya.exec.reference import _Evaluator, prepare_inputs
+from mambalaya.exec.reference import Evaluator, prepare_inputs
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.indexing import eval_index
 from mambalaya.schedule import Buffer, Compute, Forms, GroupSchedule, Load, LoopBlock, Schedule, Shift, Store, extent
@@ -174,7 +174,7 @@ class _Group:
             prod = c.einsum(t) if c.producer(t) else None
             if prod is not None and prod.recurrence is not None and prod.recurrence.init is not None:
                 env.setdefault(prod.recurrence.init, np.full(c.shape(prod.recurrence.init), np.nan, dtype=self.dtype))
-        ev = _Evaluator(c, env, self.dtype)
+        ev = Evaluator(c, env, self.dtype)
         with np.errstate(all="ignore"):
             for p in sorted(needed, key=c.einsum_names.index):  # producers before their readers
                 env[p] = ev.einsum(c.einsum(p))
@@ -200,7 +200,7 @@ class _Group:
                                    slice(*limits.get(r, (0, c.rank_size(r)))) for p, r in enumerate(e.out_ranks))]
         if self.trace is not None:
             self._trace_compute(s, limits, state)
-        ev = _Evaluator(c, env, self.dtype)
+        ev = Evaluator(c, env, self.dtype)
         with np.errstate(all="ignore"):
             val = ev.einsum(e, limits, before)
         self._write(s, e, limits, val, state)
@@ -213,7 +213,7 @@ class _Group:
                 full[tuple(slice(lo - 1, lo) if p == rec.position else rows[p] for p in range(len(rows)))] = before
             for x in s.scan:
                 xl = self._limits(x.einsum, state)
-                xv = _Evaluator(c, self._env(x, state, {e.name: full}), self.dtype)
+                xv = Evaluator(c, self._env(x, state, {e.name: full}), self.dtype)
                 with np.errstate(all="ignore"):
                     self._write(x, c.einsum(x.einsum), xl, xv.einsum(c.einsum(x.einsum), xl), state)
 

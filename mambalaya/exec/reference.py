@@ -47,7 +47,7 @@ def _union(*ranks: tuple[str, ...]) -> tuple[str, ...]:
 # ---- the evaluator -------------------------------------------------------
 
 
-class _Evaluator:
+class Evaluator:
     def __init__(self, cascade: Cascade, env: dict[str, np.ndarray], dtype: np.dtype) -> None:
         self.cascade = cascade
         self.env = env
@@ -76,7 +76,7 @@ class _Evaluator:
     def padded(self, name: str) -> tuple[np.ndarray, int | None]:
         """A tensor's array, with its initial state prepended when it has one."""
         arr = self.env[name]
-        e = self.cascade._by_name.get(name)
+        e = self.cascade.einsum(name) if self.cascade.producer(name) else None
         if e is None or e.recurrence is None or e.recurrence.init is None:
             return arr, None
         pos = e.recurrence.position
@@ -271,7 +271,7 @@ def run_reference(
     """
     dtype = np.dtype(dtype)
     env = prepare_inputs(cascade, inputs, dtype)
-    ev = _Evaluator(cascade, env, dtype)
+    ev = Evaluator(cascade, env, dtype)
     for e in cascade.einsums:
         env[e.name] = ev.einsum(e)
     if keep == "outputs":

@@ -26,7 +26,7 @@ import numpy as np
 from mambalaya.errors import MambalayaError
 from mambalaya.exec.backend import RunResult, register
 from mambalaya.exec.numba_backend import load_module
-from mambalaya.exec.reference import _Evaluator, prepare_inputs
+from mambalaya.exec.reference import Evaluator, prepare_inputs
 from mambalaya.exec.triton_codegen import PRECISIONS, TritonKernel, TritonOptions, Unsupported, group_kernel_source
 from mambalaya.ir.cascade import Cascade
 from mambalaya.schedule import GroupSchedule, Schedule
@@ -89,7 +89,7 @@ def compile_group(cascade: Cascade, g: GroupSchedule, dtype: str, options: Trito
 def _fallback(cascade: Cascade, g: GroupSchedule, env: dict[str, Any], np_dtype: np.dtype) -> dict[str, np.ndarray]:
     """The labelled fallback: the reference interpreter evaluates the group's Einsums on the host."""
     host = {k: (v.detach().cpu().numpy() if hasattr(v, "detach") else v) for k, v in env.items()}
-    ev = _Evaluator(cascade, host, np_dtype)
+    ev = Evaluator(cascade, host, np_dtype)
     for n in g.members:
         host[n] = ev.einsum(cascade.einsum(n))
     return {n: host[n] for n in g.writes}

@@ -22,7 +22,7 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
 from mambalaya.ir.expr import accesses
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.mapper.space import Candidate, Rejected, Space, _Choice, _Coster, _Dominated, build_space
+from mambalaya.mapper.space import Candidate, Choice, Coster, Dominated, Rejected, Space, build_space
 
 
 def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
@@ -36,7 +36,7 @@ def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
 class _Relative:
     """Maps a chained group to the one- or two-layer coster it was costed with, and its names there."""
 
-    def __init__(self, layer: Cascade, chained: Cascade, one: _Coster, two: _Coster | None) -> None:
+    def __init__(self, layer: Cascade, chained: Cascade, one: Coster, two: Coster | None) -> None:
         self.within, self.one, self.two = set(layer.einsum_names), one, two
         self.chained = chained
 
@@ -54,7 +54,7 @@ class _Relative:
                 out[er.init] = em.init
         return out
 
-    def __call__(self, members: tuple[str, ...]) -> tuple[_Coster, tuple[str, ...]] | None:
+    def __call__(self, members: tuple[str, ...]) -> tuple[Coster, tuple[str, ...]] | None:
         """None for a group no space produced (it spans more than two layers)."""
         split = [split_layer_name(m) for m in members]
         if any(k is None for _, k in split):
@@ -130,8 +130,8 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     if layers > 1:
         two = chain_layers(layer, 2, feed=tuple(chained.meta["feed"]))  # type: ignore[arg-type]
         within = set(layer.einsum_names)
-        coster = _Coster(two, arch, objective, None)
-        kept: dict[tuple[str, ...], _Choice | Rejected | _Dominated] = {}
+        coster = Coster(two, arch, objective, None)
+        kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
 
         def base(members: tuple[str, ...]) -> tuple[str, ...] | None:
             """The one-layer names of a group within one layer of the two (None: it crosses)."""
@@ -160,7 +160,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
             if members not in kept and base(members) is None:
                 kept[members] = coster.choose(members)
         for members, ch in kept.items():
-            if not isinstance(ch, _Choice):
+            if not isinstance(ch, Choice):
                 if len(members) == 1:
                     rejected.update({_rename(members, k)[0]: ch for k in range(layers - 1)})
                 continue

@@ -8,9 +8,9 @@ lowers and prices every tiling it tries: the mapper's costs are the cost model's
 code. Groups are grown smallest first; one that is illegal or whose smallest tiling does not fit
 is not grown (both only get worse as members are added); a whole model's candidates are costed
 once per *shape*: groups of chained layers that differ only by their layer (``X0_L3`` vs ``X0_L7``)
-cost the same, so they share one evaluation (:func:`_Coster._shape_key`).
+cost the same, so they share one evaluation (:func:`Coster._shape_key`).
 
-Exact dominance pruning (:meth:`_Coster._split`): a legal group costing at least the best split of
+Exact dominance pruning (:meth:`Coster._split`): a legal group costing at least the best split of
 it into a source (or sink) Einsum and the rest is left out; it is still grown from. Costs are
 compared as (objective, other objective) pairs, lexicographically (the mapper breaks ties by the
 other objective), and a group within float noise (:data:`TIE`) of its split on the objective is kept
@@ -88,11 +88,11 @@ class Space:
     best: dict[tuple[str, ...], float] = field(repr=False, default_factory=dict)  # least cover cost per group
     grown: set[tuple[str, ...]] = field(repr=False, default_factory=set)  # groups the enumeration grew from
     dominated: int = 0  # legal groups left out because a split of them costs no more
-    coster: object = field(repr=False, default=None)  # the _Coster that built it (its compiled buffer needs)
+    coster: object = field(repr=False, default=None)  # the Coster that built it (its compiled buffer needs)
 
 
 @dataclass(frozen=True)
-class _Choice:
+class Choice:
     loop_order: tuple[str, ...]
     tiles: tuple[tuple[str, int], ...]
     traffic_bytes: int
@@ -103,7 +103,7 @@ class _Choice:
 
 
 @dataclass(frozen=True)
-class _Dominated:
+class Dominated:
     """A legal group some split into two smaller candidates (a source or sink Einsum and the rest)
     costs no more than, even at its cheapest conceivable tiling: never needed for the optimum."""
 
@@ -134,6 +134,11 @@ def fingerprint(cascade: Cascade) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def clear_shared() -> None:
+    """Forget every cached analysis (a benchmark's cold start)."""
+    _SHARED.clear()
+
+
 def shared_analysis(cascade: Cascade) -> _Shared:
     """The arch-independent analysis of ``cascade`` (cached for the last :data:`SHARED_MAX` cascades)."""
     key = fingerprint(cascade)
@@ -148,7 +153,7 @@ def shared_analysis(cascade: Cascade) -> _Shared:
     return got
 
 
-class _Coster:
+class Coster:
     """Chooses each group's tiling and costs it, caching by layer-relative shape."""
 
     def __init__(self, cascade: Cascade, arch: Arch, objective: str, ctx: CostContext | None) -> None:
@@ -159,7 +164,7 @@ class _Coster:
         self.ctx = ctx
         self.cap = arch.fusion_buffer_bytes
         self.layers = int(cascade.meta.get("layers", 1))
-        self.shapes: dict[tuple, _Choice | Rejected | _Dominated] = {}
+        self.shapes: dict[tuple, Choice | Rejected | Dominated] = {}
         self.evaluations = 0
         self.dag = EinsumDag(cascade)
         self._order = {n: i for i, n in enumerate(cascade.einsum_names)}
@@ -185,16 +190,16 @@ class _Coster:
         lo, hi = min(ks), max(ks)
         return (tuple((b, k - lo) for b, k in split if k is not None), lo == 0, hi == self.layers - 1)
 
-    def choose(self, members: tuple[str, ...]) -> _Choice | Rejected | _Dominated:
+    def choose(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
         key = self._shape_key(members)
         if key not in self.shapes:
             self.shapes[key] = self._choose(members)
             self.evaluations += 1
         ch = self.shapes[key]
         split = self._splits.pop(members, None)  # what _choose found, if it ran for these members
-        if isinstance(ch, _Choice):
+        if isinstance(ch, Choice):
             self.best[members] = min(_score(ch, self.objective), self._split(members) if split is None else split)
-        elif isinstance(ch, _Dominated):
+        elif isinstance(ch, Dominated):
             self.best[members] = ch.split_cost
         return ch
 
@@ -231,7 +236,7 @@ class _Coster:
                     out = both
         return out
 
-    def _choose(self, members: tuple[str, ...]) -> _Choice | Rejected | _Dominated:
+    def _choose(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
         if not self.ctx.analysis.legal(members):
             return Rejected(members, "; ".join(self.ctx.analysis.problems(members)))
         split = self._splits[members] = self._split(members)
@@ -246,24 +251,24 @@ class _Coster:
         if not isinstance(got, Tiled):
             if got.bound is not None:
                 b = got.bound
-                return _Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
+                return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                                   (float(b.traffic_bytes), b.latency_s), split)
             return Rejected(members, got.reason, got.need_bytes)
         c = _choice(got)
-        return _Dominated(members, _score(c, self.objective), split) if _dominated(c, split, self.objective) else c
+        return Dominated(members, _score(c, self.objective), split) if _dominated(c, split, self.objective) else c
 
 
-def _choice(t: Tiled) -> _Choice:
+def _choice(t: Tiled) -> Choice:
     g = t.group
-    return _Choice(g.loop_order, tuple(g.tiles.items()), t.cost.traffic_bytes, t.cost.latency_s,
+    return Choice(g.loop_order, tuple(g.tiles.items()), t.cost.traffic_bytes, t.cost.latency_s,
                    t.cost.occupancy_bytes, tuple(r.compute_s for r in t.einsums), t.cost.transfers)
 
 
-def _score(c: _Choice, objective: str) -> Score:
+def _score(c: Choice, objective: str) -> Score:
     return (c.latency_s, float(c.traffic_bytes)) if objective == "latency" else (float(c.traffic_bytes), c.latency_s)
 
 
-def _dominated(c: _Choice, split: Score, objective: str) -> bool:
+def _dominated(c: Choice, split: Score, objective: str) -> bool:
     """Whether the split covers the group no worse, lexicographically. The objective decides unless the
     two are within float noise (:data:`TIE`: a tie at the solver's resolution), where the other does."""
     own = _score(c, objective)
@@ -275,10 +280,10 @@ def _dominated(c: _Choice, split: Score, objective: str) -> bool:
 def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
                 ctx: CostContext | None = None) -> Space:
     """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost."""
-    coster = _Coster(cascade, arch, objective, ctx)
+    coster = Coster(cascade, arch, objective, ctx)
     if not arch.can_fuse:
         max_size = 1
-    kept: dict[tuple[str, ...], _Choice | Rejected | _Dominated] = {}
+    kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
 
     def keep(members: tuple[str, ...]) -> bool:  # dominated groups are grown: a superset may pay
         ch = kept.get(members)
@@ -293,7 +298,7 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
             kept[members] = coster.choose(members)
     candidates, rejected = [], {}
     for members, ch in kept.items():
-        if isinstance(ch, _Choice):
+        if isinstance(ch, Choice):
             group = FusionGroup(members, ch.loop_order, dict(ch.tiles))
             candidates.append(Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes,
                                         ch.compute_s, ch.transfers))
@@ -302,6 +307,6 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     space = Space(cascade, arch, objective, candidates, rejected, enumerated, coster.evaluations, max_size, coster.ctx)
     space.best = coster.best
     space.grown = {m for m, ch in kept.items() if not isinstance(ch, Rejected)}
-    space.dominated = sum(isinstance(ch, _Dominated) for ch in kept.values())
+    space.dominated = sum(isinstance(ch, Dominated) for ch in kept.values())
     space.coster = coster
     return space

@@ -128,7 +128,8 @@ def test_the_property_ran_on_real_schedules() -> None:
     assert len(CHECKED) >= 20 and min(CHECKED) <= 512
 
 
-@pytest.mark.parametrize("name", ["mamba1", "mamba2", "attention", "mamba1-decode", "mamba2-decode", "mlp2"])
+@pytest.mark.parametrize("name", [pytest.param("mamba1", marks=pytest.mark.slow), pytest.param("mamba2", marks=pytest.mark.slow),
+                                  "attention", "mamba1-decode", "mamba2-decode", "mlp2"])
 @pytest.mark.parametrize("arch", ["mambalaya", "h200"])
 def test_shipped_cascades_optimal_mapping_respects_the_bound(name: str, arch: str) -> None:
     from mambalaya.mapper import optimal_mapping

@@ -42,7 +42,7 @@ def test_run_cli_triton_backend_matches_transformers(tmp_path, capsys) -> None:
     assert np.abs(y - hf.mixer_forward(mixer, x)).max() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["h100", "imax3"])
+@pytest.mark.parametrize("arch", [pytest.param("h100", marks=pytest.mark.slow), "imax3"])
 def test_mamba2_triton_backend_matches_transformers(tmp_path, arch: str) -> None:
     """Another arch's schedule (imax3 splits the layer differently) runs through the same generator."""
     mixer = hf.make_mamba2(d_model=32, d_state=64, headdim=16, ngroups=1, chunk=16, seed=7)

@@ -49,7 +49,7 @@ def _check(cascade, mapping, dtype: str = "float32", precision: str = "fp32", ar
     return r
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "mamba2" else n for n in SHIPPED])
 def test_mapper_optimum_and_unfused_baseline(name: str) -> None:
     c = small_cascade(name)
     a = load_arch("h200")

@@ -42,15 +42,19 @@ def same(problem: Problem, reference: str = "mip") -> Solution:
     return dp
 
 
-@pytest.mark.parametrize("name,arch", [("mamba1", "h200"), ("mamba1", "imax3"), ("mamba1", "mambalaya"),
-                                       ("mamba1-decode", "h200"), ("mamba2-decode", "imax3"),
-                                       ("mamba1-decode", "imax3")])
-@pytest.mark.parametrize("layers", [2, 3, 6])
+_CHAINS = [("mamba1", "h200"), ("mamba1", "imax3"), ("mamba1", "mambalaya"), ("mamba1-decode", "h200"),
+           ("mamba2-decode", "imax3"), ("mamba1-decode", "imax3")]
+_SLOW_CHAINS = {("mamba1", "imax3"), ("mamba1-decode", "h200", 6)}  # 12-15 s each: the slow step runs them
+
+
+@pytest.mark.parametrize("name,arch,layers", [
+    pytest.param(n, a, k, marks=[pytest.mark.slow] if {(n, a), (n, a, k)} & _SLOW_CHAINS else [])
+    for n, a in _CHAINS for k in (2, 3, 6)])
 def test_layers_equals_monolithic(name: str, arch: str, layers: int) -> None:
     same(chain_problem(open_cascade(name), layers, arch))
 
 
-@pytest.mark.parametrize("objective", ["latency", "traffic"])
+@pytest.mark.parametrize("objective", [pytest.param("latency", marks=pytest.mark.slow), "traffic"])
 def test_layers_equals_monolithic_mamba2(objective: str) -> None:
     same(chain_problem(open_cascade("mamba2"), 3, "h200", objective))
 

@@ -12,7 +12,9 @@ from mambalaya.mapper.space import build_space
 from mambalaya.parse import open_cascade
 
 
-@pytest.mark.parametrize(("name", "arch"), [("mamba1", "imax3"), ("mamba2", "h200"), ("attention", "mambalaya")])
+@pytest.mark.parametrize(("name", "arch"), [pytest.param("mamba1", "imax3", marks=pytest.mark.slow),
+                                            pytest.param("mamba2", "h200", marks=pytest.mark.slow), ("attention", "mambalaya"),
+                                            ("mamba1-decode", "imax3")])
 def test_candidates_cost_what_evaluate_says(name: str, arch: str) -> None:
     """A candidate's traffic and latency are those of its group evaluated alone (the same schedule, priced once)."""
     c, a = open_cascade(name), load_arch(arch)

@@ -18,6 +18,7 @@ def test_notebooks_exist():
     assert len(NOTEBOOKS) >= 3
 
 
+@pytest.mark.slow  # each maps published layers on several archs (minutes)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, monkeypatch):
     repo = path.parents[1]

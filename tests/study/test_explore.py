@@ -62,6 +62,7 @@ def test_parallel_sweep_matches_serial_and_single_calls():
     _check_rows_match_single_calls(par, [0, 7, 23])
 
 
+@pytest.mark.slow
 def test_200_point_sweep():
     start = time.perf_counter()
     df = explore("mlp2", ["mambalaya", "h200"], sweep=SWEEP, arch_overrides=OVERRIDES, progress=False)
