@@ -108,7 +108,35 @@ def cmd_map(args: argparse.Namespace) -> int:
         _emit_json(result)
     else:
         sys.stdout.write(format_map_report(result) + "\n")
+    if args.show:
+        sys.stdout.write(_shown(cascade, arch, result["groups"], args.show) + "\n")
     return EXIT_OK
+
+
+def _shown(cascade, arch, groups: list, what: str) -> str:
+    """The mapping's schedule as ``map --show`` prints it."""
+    from mambalaya.ir.mapping import mapping_from_dict
+    from mambalaya.schedule import lower_mapping
+    from mambalaya.schedule.printer import format_schedule
+
+    sched = lower_mapping(cascade, mapping_from_dict({"cascade": cascade.name, "arch": arch.name, "groups": groups}),
+                          arch)
+    if what == "schedule":
+        return format_schedule(sched)
+    if what == "numba":
+        from mambalaya.exec.numba_codegen import group_source
+
+        return "\n\n".join(f"# group {g.index}: {', '.join(g.einsums)}\n{group_source(cascade, g, 'float32')}"
+                             for g in sched.groups)
+    from mambalaya.exec.triton_codegen import Unsupported, group_kernel_source
+
+    out = []
+    for g in sched.groups:
+        try:
+            out.append(f"# group {g.index}: {', '.join(g.einsums)}\n{group_kernel_source(cascade, g, 'float32').source}")
+        except Unsupported as err:
+            out.append(f"# group {g.index}: {', '.join(g.einsums)}: not printable in Triton ({err})")
+    return "\n\n".join(out)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -225,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, help="seconds; the best mapping found so far and its gap")
     p.add_argument("-o", "--output", help="also write the chosen mapping (YAML or JSON by suffix)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--show", choices=["schedule", "numba", "triton"],
+                   help="also print the chosen mapping's schedule: as loop-nest pseudo-code, or as the Numba or "
+                        "Triton source its backend runs")
     p.set_defaults(func=cmd_map)
 
     p = sub.add_parser("verify", help="run a mapping's schedule and the reference; compare numbers and traffic")

@@ -22,3 +22,14 @@ def test_every_listed_method_reaches_the_same_optimum(capsys: pytest.CaptureFixt
     assert got["method"] == method and got["optimal"]
     assert got["latency_s"] == pytest.approx(ref["latency_s"], rel=1e-9)
     assert got["traffic_bytes"] == ref["traffic_bytes"]
+
+
+@pytest.mark.parametrize(("show", "marker"), [("schedule", "group 0: T, R, Y -- "), ("numba", "def kernel("),
+                                              ("triton", "@triton.jit")])
+def test_map_shows_the_schedule_its_backends_run(capsys, show: str, marker: str) -> None:
+    assert main(["map", "mlp2", "--arch", "h200", "--show", show]) == 0
+    out = capsys.readouterr().out
+    shown = out[out.index("# group 0" if show != "schedule" else "group 0: "):]
+    assert marker in shown
+    if show == "schedule":  # every off-chip tensor is a statement of the loop nest
+        assert all(f"load {t}[" in shown for t in ("A", "W1", "W2")) and "store staging_Y -> Y[" in shown
