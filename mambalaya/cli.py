@@ -102,25 +102,24 @@ def cmd_map(args: argparse.Namespace) -> int:
     if args.output:
         from mambalaya.ir.mapping import mapping_from_dict, save_mapping
 
-        save_mapping(mapping_from_dict({"cascade": cascade.name, "arch": arch.name, "groups": result["groups"]}),
+        save_mapping(mapping_from_dict({"cascade": cascade.name, "arch": arch.name, **result["mapping"]}),
                      args.output)
     if args.json:
         _emit_json(result)
     else:
         sys.stdout.write(format_map_report(result) + "\n")
     if args.show:
-        sys.stdout.write(_shown(cascade, arch, result["groups"], args.show) + "\n")
+        sys.stdout.write(_shown(cascade, arch, result["mapping"], args.show) + "\n")
     return EXIT_OK
 
 
-def _shown(cascade, arch, groups: list, what: str) -> str:
+def _shown(cascade, arch, mapping: dict, what: str) -> str:
     """The mapping's schedule as ``map --show`` prints it."""
     from mambalaya.ir.mapping import mapping_from_dict
     from mambalaya.schedule import lower_mapping
     from mambalaya.schedule.printer import format_schedule
 
-    sched = lower_mapping(cascade, mapping_from_dict({"cascade": cascade.name, "arch": arch.name, "groups": groups}),
-                          arch)
+    sched = lower_mapping(cascade, mapping_from_dict({"cascade": cascade.name, "arch": arch.name, **mapping}), arch)
     if what == "schedule":
         return format_schedule(sched)
     if what == "numba":

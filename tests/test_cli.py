@@ -33,3 +33,16 @@ def test_map_shows_the_schedule_its_backends_run(capsys, show: str, marker: str)
     assert marker in shown
     if show == "schedule":  # every off-chip tensor is a statement of the loop nest
         assert all(f"load {t}[" in shown for t in ("A", "W1", "W2")) and "store staging_Y -> Y[" in shown
+
+
+def test_map_output_file_keeps_tiles_and_loop_order(tmp_path) -> None:
+    """The written mapping is the chosen one, tiles included, so ``verify --mapping`` runs what ``map`` chose."""
+    from mambalaya.ir.mapping import load_mapping
+    from mambalaya.mapper import optimal_mapping
+    from mambalaya.parse import open_cascade
+
+    out = tmp_path / "m.yaml"
+    assert main(["map", "mamba2", "--arch", "imax3", "-o", str(out)]) == 0
+    chosen = optimal_mapping(open_cascade("mamba2"), "imax3").mapping
+    assert any(g.tiles for g in chosen.groups)
+    assert load_mapping(out).groups == chosen.groups

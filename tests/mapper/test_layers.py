@@ -54,7 +54,8 @@ def test_layers_equals_monolithic(name: str, arch: str, layers: int) -> None:
     same(chain_problem(open_cascade(name), layers, arch))
 
 
-@pytest.mark.parametrize("objective", [pytest.param("latency", marks=pytest.mark.slow), "traffic"])
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["latency", "traffic"])
 def test_layers_equals_monolithic_mamba2(objective: str) -> None:
     same(chain_problem(open_cascade("mamba2"), 3, "h200", objective))
 
