@@ -315,7 +315,8 @@ class _Lowering:
         X[seqlen-4+k]``, the last rows) does not follow the loop: following it would make the producer run
         the whole offset ahead; the member runs after the loop instead, reading a tail the window keeps."""
         for r, x in list(m.ranges.items()):
-            if x.kind != "tile" or x.size >= loops[x.loop].extent:
+            # (a tile of the loop, or the parent of its pieces: ``k`` of ``X[seqlen-4+k]`` under chunks ``c``)
+            if x.kind not in ("tile", "parent") or x.size >= loops[x.loop].extent * x.scale + x.offset:
                 continue
             far = []
             for _, er, forms in self.reads[m.name]:

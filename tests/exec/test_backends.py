@@ -148,3 +148,24 @@ def test_float32_and_a_second_run_hits_the_kernel_cache() -> None:
     again = execute(c, s, random_inputs(c, 1), "numba", "float32")
     assert again.compile_s < 1.0 and first.outputs["B"].dtype == np.float32
     np.testing.assert_array_equal(first.outputs["B"], again.outputs["B"])
+
+
+@pytest.mark.parametrize("backend", ["python", "numba"])
+def test_a_tail_read_of_a_chunked_rank_runs_after_the_chunk_loop(backend: str) -> None:
+    """Mamba-2's final conv state ``CSF[k] = X[seqlen-4+k]`` in a group tiled by chunks ``c`` (``l`` follows as
+    their parent): CSF reads the last rows, computed by the last chunk, so it runs after the loop (it ran in
+    the first chunk and read rows not yet computed: the mapper's h200 optimum of mamba2-370m was wrong)."""
+    _need(backend)
+    from small_cascades import small_cascade
+
+    c = small_cascade("mamba2")
+    ssd = [n for n in c.einsum_names if n not in ("Z", "YG", "NV", "YN", "OUT")]
+    m = Mapping((FusionGroup(tuple(ssd), tiles={"c": 1}), *(FusionGroup((n,)) for n in ("Z", "YG", "NV", "YN", "OUT"))),
+                c.name)
+    arch = load_arch("h200")
+    g = lower_mapping(c, m, arch, check=False).groups[0]
+    from mambalaya.schedule import Compute, LoopBlock
+
+    inside = [s.einsum for blk in g.body if isinstance(blk, LoopBlock) for s in blk.body if isinstance(s, Compute)]
+    assert "XBC0" in inside and "CSF" not in inside
+    _verify(c, arch.with_overrides(fusion_buffer_bytes=2**30), m, backend)
