@@ -73,10 +73,10 @@ def test_matrix_fast(name: str, arch_name: str, buffer: int, kinds: tuple[str, .
 
 
 #: the slow step's matrix: every small cascade on every arch in a 2 KiB buffer (tiles, halos across tiles,
-#: re-reads) on Numba, on the GPU archs in Triton (interpreted without a GPU), and the default shapes whole
+#: re-reads) on Numba, on h200 in Triton (interpreted without a GPU), and the default shapes whole
 #: on h200 (one Numba kernel per group, ~1-2 min for Mamba-2's three mappings)
 FULL = [(n, a, 2048, "numba") for n in sorted(SMALL) for a in ARCHS] + \
-    [(n, a, 2048, "triton") for n in sorted(SMALL) for a in ("h100", "h200")] + \
+    [(n, "h200", 2048, "triton") for n in sorted(SMALL)] + \
     [(n, "h200", None, "numba") for n in sorted(SMALL)]
 
 
@@ -164,7 +164,7 @@ def test_random_cascades_random_legal_mappings(case, backend: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=cascade_and_mapping())
 def test_random_cascades_random_legal_mappings_many(case, backend: str) -> None:
     test_random_cascades_random_legal_mappings.hypothesis.inner_test(case, backend)

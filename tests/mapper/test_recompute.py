@@ -72,7 +72,7 @@ def test_recompute_mapping_runs(name: str, arch: str, max_size: int, objective: 
 @pytest.mark.parametrize("name", ["mamba1-decode", "mamba2-decode", "mamba1", "mamba2"])
 @pytest.mark.parametrize("arch", ["imax3", "h200"])
 @pytest.mark.parametrize("max_size", [1, 2, 3])
-@pytest.mark.parametrize("objective", ["latency", "traffic"])
+@pytest.mark.parametrize("objective", ["latency"])
 def test_every_recompute_mapping_runs(name: str, arch: str, max_size: int, objective: str) -> None:
     c = small_cascade(name, chunk=4)
     r = optimal_mapping(c, arch, objective, recompute=True, max_size=max_size)
