@@ -44,7 +44,7 @@ from mambalaya.ir.expr import (
     free_ranks,
     walk,
 )
-from mambalaya.ir.functions import FUNCTIONS
+from mambalaya.ir.functions import FUNCTIONS, constant_value
 from mambalaya.ir.indexing import index_within
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
 from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses, scan_shape
@@ -424,6 +424,8 @@ def _node(ctx: _Ctx, node: Node, rv: dict[str, str], depth: int) -> str:
         return _literal(node.value)
     if isinstance(node, ParamRef):
         return _literal(c.values[node.name])
+    if isinstance(node, (Call, BinOp)) and (value := constant_value(node, c.values)) is not None:
+        return _literal(value)
     if isinstance(node, Call):
         args = [_node(ctx, a, rv, depth) for a in node.args]
         fn = FUNCTIONS.get(node.fn)

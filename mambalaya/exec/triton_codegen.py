@@ -32,7 +32,7 @@ import sympy
 from mambalaya.exec.index_code import IndexDialect, LoopNames, bind, index_code, int_index
 from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, walk
-from mambalaya.ir.functions import FUNCTIONS
+from mambalaya.ir.functions import FUNCTIONS, constant_value
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
 from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses, scan_shape
 from mambalaya.schedule.extent import range_length
@@ -340,6 +340,8 @@ def _node(ctx: _Ctx, node: Node, blk: _Block, depth: int) -> str:
         return _literal(node.value)
     if isinstance(node, ParamRef):
         return _literal(c.values[node.name])
+    if isinstance(node, (Call, BinOp)) and (value := constant_value(node, c.values)) is not None:
+        return _literal(value)
     if isinstance(node, Call):
         args = [ctx.var(depth, _node(ctx, a, blk, depth)) for a in node.args]
         fn = FUNCTIONS.get(node.fn)

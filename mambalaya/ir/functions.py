@@ -77,4 +77,31 @@ BINOP_KINDS = {"+": "add", "-": "add", "*": "mul", "/": "div"}
 #: Operation kind of each reduction (one op per reduced element).
 REDUCE_KINDS = {"sum": "add", "mean": "add", "cumsum": "add", "max": "max", "min": "max"}
 
-__all__ = ["BINOP_KINDS", "FUNCTIONS", "REDUCE_KINDS", "Function"]
+_BINOPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+
+def constant_value(node, values: dict[str, float]) -> float | None:
+    """The float64 value of an expression of constants and params alone (``rsqrt(headdim)``), else None: kernel
+    printers emit it as one literal, so a float64 kernel never evaluates it in a float32 scalar."""
+    from mambalaya.ir.expr import BinOp, Call, Const, ParamRef
+
+    if isinstance(node, Const):
+        return float(node.value)
+    if isinstance(node, ParamRef):
+        return float(values[node.name])
+    if isinstance(node, Call) and node.fn in FUNCTIONS:
+        args = [constant_value(a, values) for a in node.args]
+        if any(a is None for a in args):
+            return None
+        with np.errstate(all="ignore"):
+            return float(FUNCTIONS[node.fn].numpy(*(np.float64(a) for a in args)))
+    if isinstance(node, BinOp):
+        lhs, rhs = constant_value(node.lhs, values), constant_value(node.rhs, values)
+        if lhs is None or rhs is None:
+            return None
+        with np.errstate(all="ignore"):
+            return float(_BINOPS[node.op](np.float64(lhs), np.float64(rhs)))
+    return None
+
+
+__all__ = ["BINOP_KINDS", "FUNCTIONS", "REDUCE_KINDS", "Function", "constant_value"]

@@ -81,3 +81,30 @@ einsums:
         for backend, out in outs.items():
             tol = 1e-12 if backend == "numba" else 1e-5
             np.testing.assert_allclose(out[f"Y_{fn}"], want, rtol=tol, atol=tol, err_msg=f"{fn} on {backend}")
+
+
+def test_constant_subexpressions_are_one_float64_literal() -> None:
+    """``rsqrt(headdim)`` is folded to one literal in both printers: Triton evaluated it in a float32 scalar
+    even in float64 kernels (attention's softmax scale was off by 1.5e-8 of the output's scale)."""
+    from mambalaya.exec.numba_codegen import group_source
+    from mambalaya.exec.triton_codegen import group_kernel_source
+    from mambalaya.ir.expr import BinOp, Call, Const, ParamRef
+    from mambalaya.ir.functions import constant_value
+
+    assert constant_value(Call("rsqrt", (ParamRef("d"),)), {"d": 8.0}) == 1.0 / np.sqrt(8.0)
+    assert constant_value(BinOp("/", Const(1.0), ParamRef("d")), {"d": 4.0}) == 0.25
+    c = parse_cascade_text("""
+name: scale
+params: {N: 9, d: 8}
+ranks: {n: N}
+einsums:
+  - Y[n] = A[n] * rsqrt(d)
+""", file="scale.yaml")
+    g = lower_mapping(c, Mapping((FusionGroup(("Y",)),), c.name), "h200").groups[0]
+    scale = repr(float(1.0 / np.sqrt(8.0)))
+    assert scale in group_source(c, g, "float64")
+    assert scale in group_kernel_source(c, g, "float64").source
+    if triton_available()[0]:
+        x = {"A": np.random.default_rng(0).standard_normal(9)}
+        got = execute(c, lower_mapping(c, Mapping((FusionGroup(("Y",)),), c.name), "h200"), x, "triton", "float64")
+        np.testing.assert_allclose(got.outputs["Y"], x["A"] / np.sqrt(8.0), rtol=1e-15)
