@@ -19,7 +19,7 @@ import numpy as np
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.heuristics import unfused_baseline
-from mambalaya.cost.model import evaluate
+from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.exec.backend import RunResult, get_backend
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.ir.cascade import Cascade
@@ -31,15 +31,18 @@ DEFAULT_ARCH = "mambalaya"
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
-def choose_mapping(cascade: Cascade, arch: Arch, mapping_file: str | Path | None, optimal: bool) -> tuple[Mapping, str]:
-    """The mapping to run and where it came from: a file, the arch's optimum, or the unfused baseline."""
+def choose_mapping(cascade: Cascade, arch: Arch, mapping_file: str | Path | None,
+                   optimal: bool) -> tuple[Mapping, str, CostReport | None]:
+    """The mapping to run, where it came from (a file, the arch's optimum, or the unfused baseline) and, for
+    the optimum, the mapper's own report of it (its schedule is the one that runs)."""
     if mapping_file is not None:
-        return load_mapping(mapping_file).validate(cascade), f"file {mapping_file}"
+        return load_mapping(mapping_file).validate(cascade), f"file {mapping_file}", None
     if optimal:
         from mambalaya.mapper import optimal_mapping
 
-        return optimal_mapping(cascade, arch).mapping, f"optimal for {arch.name}"
-    return unfused_baseline(cascade, arch), f"unfused baseline for {arch.name}"
+        res = optimal_mapping(cascade, arch)
+        return res.mapping, f"optimal for {arch.name}", res.report
+    return unfused_baseline(cascade, arch), f"unfused baseline for {arch.name}", None
 
 
 def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[float, float, str | None]:
@@ -118,11 +121,13 @@ def verify_mapping(
         from mambalaya.errors import MambalayaError
 
         raise MambalayaError(f"the {backend} backend cannot run here: {why}")
+    predicted = None
     if mapping is None:
         with steps.step(f"mapping for {arch_obj.name}"):
-            mapping, source = choose_mapping(cascade, arch_obj, mapping_file, optimal is not False)
-    with steps.step("lowering and pricing"):
-        predicted = evaluate(cascade, arch_obj, mapping)
+            mapping, source, predicted = choose_mapping(cascade, arch_obj, mapping_file, optimal is not False)
+    if predicted is None:
+        with steps.step("lowering and pricing"):
+            predicted = evaluate(cascade, arch_obj, mapping)
     inputs = random_inputs(cascade, seed)
     with steps.step("reference"):
         ref = run_reference(cascade, inputs, dtype, keep="outputs")
@@ -149,6 +154,7 @@ def verify_mapping(
         "arch": arch_obj.name,
         "mapping_source": source,
         "groups": mapping.group_lists,
+        "mapping": mapping.to_dict(),  # (tiles included: ``verify --mapping`` of this reruns it)
         "traffic_predicted_bytes": predicted.traffic_bytes,
         "traffic_counted_bytes": run.traffic_bytes,
         "traffic_predicted_by_tensor": want,
@@ -158,6 +164,7 @@ def verify_mapping(
         "fallbacks": [{"group": i, "reason": r} for i, r in run.fallbacks],
         "compile_s": run.compile_s + steps.seconds[f"compiling ({backend})"],
         "run_s": run.run_s,
+        "group_s": run.group_s,
         "steps_s": steps.seconds,
     }
 
