@@ -308,6 +308,12 @@ class _Lowering:
         for m in out.values():
             m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
             self._check_tiling(m, loops)
+            for r, x in m.ranges.items():
+                if x.kind in ("tile", "parent") and x.size > (span := loops[x.loop].extent * x.scale + x.offset):
+                    # (Mamba-2's XBC channels x follow heads h as x = 16*h + p, but B and C lie past the heads)
+                    raise ScheduleError(f"{m.name}'s rank {r} ({x.size}) is longer than the tiles of "
+                                        f"{loops[x.loop].rank} reach ({span}): its last indices would never run; "
+                                        f"tile another loop")
         return out
 
     def _detach_tails(self, m: _Member, ms: dict[str, _Member], loops: list[Loop]) -> None:
