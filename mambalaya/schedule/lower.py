@@ -927,7 +927,10 @@ class _Builder:
 
     def _store(self, name: str, depth: int) -> Store:
         m = self.ms[name]
-        box = tuple(self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks)))
+        # (only the enclosing loops move it: a member that accumulates over an outer loop is stored after it,
+        # whole along the inner loops it was computed in)
+        box = tuple(replace(a, loops=frozenset(j for j in a.loops if j < depth))
+                    for a in (self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks))))
         n, execs = extent.box_total(tuple(self._fn(a) for a in box), tuple(range(depth)), self.loops,
                                     guard=m.replicas)
         return Store(name, self.by_tensor[name], box, tuple(sorted(m.replicas)), n, execs)

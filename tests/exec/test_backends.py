@@ -169,3 +169,25 @@ def test_a_tail_read_of_a_chunked_rank_runs_after_the_chunk_loop(backend: str) -
     inside = [s.einsum for blk in g.body if isinstance(blk, LoopBlock) for s in blk.body if isinstance(s, Compute)]
     assert "XBC0" in inside and "CSF" not in inside
     _verify(c, arch.with_overrides(fusion_buffer_bytes=2**30), m, backend)
+
+
+ACCUMULATED_HALO = """
+name: accumulated_halo
+params: {na: 4, nb: 4, nw: 2}
+ranks: {i: nb, j: nb, m: na, w: nw}
+einsums:
+  - T1[i] = I1[j] * I2[i]
+  - T2[i,m] = exp(I2[i] * T1[i] * I3[m])
+  - T3[m] = sum_i(I1[j] * T2[i,m+w-1])
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_member_accumulated_over_an_outer_loop_is_stored_whole(backend: str) -> None:
+    """T3 sums over the outer loop i and is computed per tile of the inner loop m: its store after the i loop
+    covers every m (the Numba kernel stored only the last m tile, found by the random-schedule property)."""
+    _need(backend)
+    c = parse_cascade_text(ACCUMULATED_HALO)
+    m = Mapping((FusionGroup(("T1",)), FusionGroup(("T2", "T3"), ("i", "m"), {"i": 2, "m": 1})), c.name)
+    arch = load_arch("h200" if backend == "triton" else "mambalaya")
+    _verify(c, arch, m, backend)
