@@ -35,14 +35,18 @@ def test_map_shows_the_schedule_its_backends_run(capsys, show: str, marker: str)
         assert all(f"load {t}[" in shown for t in ("A", "W1", "W2")) and "store staging_Y -> Y[" in shown
 
 
-def test_map_output_file_keeps_tiles_and_loop_order(tmp_path) -> None:
+def test_map_output_file_keeps_tiles_and_loop_order(tmp_path, capsys) -> None:
     """The written mapping is the chosen one, tiles included, so ``verify --mapping`` runs what ``map`` chose."""
-    from mambalaya.ir.mapping import load_mapping
-    from mambalaya.mapper import optimal_mapping
-    from mambalaya.parse import open_cascade
+    import json
 
+    from cost.conftest import TINY_ARCH
+
+    from mambalaya.ir.mapping import load_mapping, mapping_from_dict
+
+    arch = tmp_path / "tiny.yaml"
+    arch.write_text(TINY_ARCH.replace("capacity: 1 MiB", "capacity: 2 KiB"))
     out = tmp_path / "m.yaml"
-    assert main(["map", "mamba2", "--arch", "imax3", "-o", str(out)]) == 0
-    chosen = optimal_mapping(open_cascade("mamba2"), "imax3").mapping
-    assert any(g.tiles for g in chosen.groups)
+    assert main(["map", "mlp2", "--arch", str(arch), "-o", str(out), "--json"]) == 0
+    chosen = mapping_from_dict(json.loads(capsys.readouterr().out)["mapping"])
+    assert any(g.tiles for g in chosen.groups)  # the 2 KiB buffer makes the mapper tile
     assert load_mapping(out).groups == chosen.groups
