@@ -1,4 +1,5 @@
-"""Cascades for the analyzer's tests: layer chains and a hypothesis strategy of random cascades."""
+"""Cascades for the tests: layer chains, and hypothesis strategies of random cascades and of random legal
+tiled mappings of them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
+from mambalaya.analysis import analyze_group, check_group
+from mambalaya.cost.legality import plain_loop_order
 from mambalaya.fileio import resolve_shipped
 from mambalaya.ir.cascade import Cascade
+from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.parse.cascade_file import cascade_from_dict, load_cascade
 
 
@@ -132,3 +136,24 @@ def random_cascades(draw, max_einsums: int = 6) -> dict[str, Any]:
         "ranks": {r: rank_map[r] for r in [*ranks, "w"] if r in used_ranks},
         "einsums": einsums,
     }
+
+
+@st.composite
+def random_tiled_mappings(draw, max_einsums: int, buffers: tuple[int, ...]):
+    """(cascade, a legal mapping of it with random groups in cascade order and random tiles on the loops the
+    analysis lets a mapping tile, a buffer size drawn from ``buffers``)."""
+    c = cascade_from_dict(draw(random_cascades(max_einsums=max_einsums)))
+    names = list(c.einsum_names)
+    groups, i = [], 0
+    while i < len(names):
+        size = draw(st.integers(1, len(names) - i))
+        chunk = tuple(names[i:i + size])
+        if size > 1 and check_group(c, chunk):  # (an illegal group: its first Einsum alone)
+            chunk = (names[i],)
+        cg = analyze_group(c, chunk)
+        order = plain_loop_order(cg.loop_order)
+        tiles = {r.name: draw(st.integers(1, r.size - 1)) for r in cg.loops.ranks
+                 if r.tiled and r.size > 1 and r.name in order and draw(st.booleans())}
+        groups.append(FusionGroup(chunk, order, tiles))
+        i += len(chunk)
+    return c, Mapping(tuple(groups), c.name), draw(st.sampled_from(buffers))

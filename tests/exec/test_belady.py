@@ -15,18 +15,14 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from analysis.cascades import random_cascades
+from analysis.cascades import random_tiled_mappings
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from small_cascades import small_cascade
 
-from mambalaya.analysis import analyze_group, check_group
 from mambalaya.arch import load_arch
-from mambalaya.cost.legality import plain_loop_order
 from mambalaya.exec.backend import execute
 from mambalaya.exec.reference import random_inputs
 from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
-from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import Schedule, ScheduleError, lower_mapping
 
 
@@ -88,27 +84,8 @@ def test_the_cache_model_on_a_hand_example() -> None:
     assert optimal_misses([("T", [0], "w"), ("T", [0], "r")], 1) == 0  # made on chip, read back: no miss
 
 
-@st.composite
-def _cases(draw):
-    c = cascade_from_dict(draw(random_cascades(max_einsums=4)))
-    names = list(c.einsum_names)
-    groups, i = [], 0
-    while i < len(names):
-        size = draw(st.integers(1, len(names) - i))
-        chunk = tuple(names[i:i + size])
-        if size > 1 and check_group(c, chunk):
-            chunk = (names[i],)
-        cg = analyze_group(c, chunk)
-        order = plain_loop_order(cg.loop_order)
-        tiles = {r.name: draw(st.integers(1, r.size - 1)) for r in cg.loops.ranks
-                 if r.tiled and r.size > 1 and r.name in order and draw(st.booleans())}
-        groups.append(FusionGroup(chunk, order, tiles))
-        i += len(chunk)
-    return c, Mapping(tuple(groups), c.name), draw(st.sampled_from([128, 512, 1 << 20]))
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(_cases())
+@given(random_tiled_mappings(max_einsums=4, buffers=(128, 512, 1 << 20)))
 def test_prediction_is_never_below_the_optimal_cache(case) -> None:
     c, m, cap = case
     arch = load_arch("mambalaya").with_overrides(fusion_buffer_bytes=cap)

@@ -8,12 +8,11 @@ extents (tiled loop nests, halos across tiles, recurrences carried across tiles,
 from __future__ import annotations
 
 import pytest
-from analysis.cascades import random_cascades
+from analysis.cascades import random_tiled_mappings
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from small_cascades import SMALL, small_cascade
 
-from mambalaya.analysis import analyze_group, check_group
+from mambalaya.analysis import analyze_group
 from mambalaya.arch import load_arch
 from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.legality import plain_loop_order
@@ -22,7 +21,6 @@ from mambalaya.exec.verify import verify_mapping
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper import optimal_mapping
 from mambalaya.parse import open_cascade
-from mambalaya.parse.cascade_file import cascade_from_dict
 
 ARCHS = ("imax3", "mambalaya", "marca", "h100", "h200")
 BACKENDS = ("numba", "python", "triton")
@@ -124,27 +122,8 @@ def test_recompute_reruns_the_producer() -> None:
 # ---- random cascades x random legal mappings --------------------------------
 
 
-@st.composite
-def cascade_and_mapping(draw: st.DrawFn):
-    c = cascade_from_dict(draw(random_cascades(max_einsums=5)))
-    names = list(c.einsum_names)
-    groups: list[FusionGroup] = []
-    i = 0
-    while i < len(names):
-        size = draw(st.integers(1, len(names) - i))
-        chunk = tuple(names[i:i + size])
-        if size > 1 and check_group(c, chunk):
-            chunk = (names[i],)
-        cg = analyze_group(c, chunk)
-        order = plain_loop_order(cg.loop_order)
-        tiles = {}
-        for r in cg.loops.ranks:  # only the loops the analysis lets a mapping tile
-            if r.tiled and r.size > 1 and r.name in order and draw(st.booleans()):
-                tiles[r.name] = draw(st.integers(1, r.size - 1))
-        groups.append(FusionGroup(chunk, order, tiles))
-        i += len(chunk)
-    buffer = draw(st.sampled_from([64, 256, 1 << 20]))
-    return c, Mapping(tuple(groups), c.name), buffer
+def cascade_and_mapping():
+    return random_tiled_mappings(max_einsums=5, buffers=(64, 256, 1 << 20))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
