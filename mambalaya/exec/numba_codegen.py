@@ -999,10 +999,7 @@ def _compute(ctx: _Ctx, s: Compute, depth: int) -> None:
             lo, hi = ctx.names.range_code(x)
             ctx.emit(depth, f"lo_{r}, hi_{r} = {lo}, {hi}")
             ctx.bounds[r] = (f"lo_{r}", f"hi_{r}")
-    used = {s.buffer, *(b for _, b in s.reads), *(b for _, b in s.inits)}
-    for x in s.scan:
-        used |= {x.buffer, *(b for _, b in x.reads), *(b for _, b in x.inits)}
-    ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(used)}
+    ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(s.buffers)}
     accumulate = s.accumulate is not None
     for x in (s, *s.scan):  # partial sums: their range zeroed on the reduction loop's first tile
         if x.accumulate is not None:

@@ -761,10 +761,7 @@ def _compute(ctx: _Ctx, s: Compute, depth: int) -> None:
             ctx.emit(depth, f"lo_{r} = {lo}")
             ctx.emit(depth, f"hi_{r} = {hi}")
             ctx.bounds[r] = (f"lo_{r}", f"hi_{r}")
-    used = {s.buffer, *(b for _, b in s.reads), *(b for _, b in s.inits)}
-    for x in s.scan:
-        used |= {x.buffer, *(b for _, b in x.reads), *(b for _, b in x.inits)}
-    ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(used)}
+    ctx.base = {b: _base_code(ctx, ctx.spec[b], depth) for b in sorted(s.buffers)}
     for x in (s, *s.scan):  # partial sums: zeroed on the reduction loop's first tile
         if x.accumulate is not None:
             ctx.out, ctx.cur = x.buffer, [x.einsum]

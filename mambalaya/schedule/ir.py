@@ -202,6 +202,14 @@ class Compute:
     def kind(self) -> str:
         return "compute"
 
+    @property
+    def buffers(self) -> frozenset[str]:
+        """Every buffer the statement touches: its own and its scan members' outputs, reads and initial states."""
+        out = {self.buffer, *(b for _, b in self.reads), *(b for _, b in self.inits)}
+        for x in self.scan:
+            out |= x.buffers
+        return frozenset(out)
+
 
 @dataclass(frozen=True)
 class Shift:
