@@ -1,6 +1,7 @@
 """Generated Triton kernels on a GPU: measured time per group and per layer next to the h200 cost model.
 
-    python benchmarks/bench_gpu.py OUT_DIR [--quick] [--start-at I] [--first N] [--budget-s 420] [--mamba-ssm SRC_DIR]
+    python benchmarks/bench_gpu.py --map-only MAPS_DIR [--quick] [--first N]     # on a CPU: the mapper's schedules
+    python benchmarks/bench_gpu.py OUT_DIR --mappings MAPS_DIR [--quick] [--start-at I] [--first N] [--mamba-ssm SRC_DIR]
     python benchmarks/bench_gpu.py --table OUT_DIR/gpu.json [--repredict] --md benchmarks/results/gpu.md
     TRITON_INTERPRET=1 python benchmarks/bench_gpu.py /tmp/x --dry     # CPU self-test, tiny shapes
 
@@ -76,17 +77,71 @@ def mamba1_gpu_mapping(cascade: Any) -> Any:
         cascade)
 
 
-def _variants(cascade: Any, family: str, first: bool) -> list[tuple[str, Any]]:
-    """The mappings a point runs: the mapper's h200 optimum (what the tool gives a user), the hand-written
-    GPU mapping beside it (a comparison row), and at a model's first point the unfused baseline."""
-    from mambalaya.cost.heuristics import unfused_baseline
-    from mambalaya.mapper import optimal_mapping
+def tiled(cascade: Any, mapping: Any) -> Any:
+    """A hand mapping's groups at the tiles the cost model's tile search gives each (the hand choice is the
+    grouping; the tiles, hence the program grid, are the tool's)."""
+    from mambalaya.arch import load_arch
+    from mambalaya.cost.context import CostContext
+    from mambalaya.cost.tiling import Tiled, best_tiling
+    from mambalaya.ir.mapping import Mapping
 
-    out = [("mapper", optimal_mapping(cascade, "h200").mapping),
-           ("hand", mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade))]
-    if first:
-        out.append(("unfused", unfused_baseline(cascade, "h200")))
-    return out
+    ctx = CostContext(cascade, load_arch("h200"))
+    groups = []
+    for g in mapping.groups:
+        got = best_tiling(ctx, g.einsums)
+        if isinstance(got, Tiled):
+            groups.append(got.group)
+            continue
+        print(f"  hand group {' '.join(g.einsums)}: no tiling fits ({got.reason}); its Einsums run alone", flush=True)
+        for e in g.einsums:
+            one = best_tiling(ctx, (e,))
+            if not isinstance(one, Tiled):
+                raise ValueError(f"{e} has no tiling on h200: {one.reason}")
+            groups.append(one.group)
+    return Mapping(tuple(groups), cascade.name).validate(cascade)
+
+
+def point_name(model: str, batch: int, seqlen: int) -> str:
+    return f"{model}_b{batch}_L{seqlen}"
+
+
+def map_points(maps: Path, points: list[tuple[str, int, int]]) -> None:
+    """The mappings each point runs, computed where the mapper runs (a CPU), saved as mapping files: the mapper's
+    h200 optimum (what the tool gives a user), the hand grouping at the tool's tiles (a comparison row), the
+    unfused baseline."""
+    from mambalaya.cost.heuristics import unfused_baseline
+    from mambalaya.ir.mapping import save_mapping
+    from mambalaya.mapper import optimal_mapping
+    from mambalaya.parse import open_cascade
+
+    maps.mkdir(parents=True, exist_ok=True)
+    for model, batch, seqlen in points:
+        family = "mamba2" if model.startswith("mamba2") else "mamba1"
+        cascade = open_cascade(family, model=model, params={"batch": batch, "seqlen": seqlen})
+        t0 = time.perf_counter()
+        best = optimal_mapping(cascade, "h200")
+        took = time.perf_counter() - t0
+        hand = tiled(cascade, mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade))
+        for label, m in (("mapper", best.mapping), ("hand", hand), ("unfused", unfused_baseline(cascade, "h200"))):
+            save_mapping(m, maps / f"{point_name(model, batch, seqlen)}_{label}.json")
+        print(f"{model} b{batch} L{seqlen}: mapped in {took:.1f} s, {len(best.mapping.groups)} groups", flush=True)
+
+
+def _variants(cascade: Any, maps: Path | None, name: str, family: str, first: bool) -> list[tuple[str, Any]]:
+    """The mappings a point runs (:func:`map_points`; from ``maps`` when given), the unfused one at a model's
+    first point only."""
+    from mambalaya.ir.mapping import load_mapping
+
+    labels = ["mapper", "hand"] + (["unfused"] if first else [])
+    if maps is None:
+        from mambalaya.cost.heuristics import unfused_baseline
+        from mambalaya.mapper import optimal_mapping
+
+        made = {"mapper": optimal_mapping(cascade, "h200").mapping,
+                "hand": tiled(cascade, mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)),
+                "unfused": unfused_baseline(cascade, "h200")}
+        return [(k, made[k]) for k in labels]
+    return [(k, load_mapping(maps / f"{name}_{k}.json").validate(cascade)) for k in labels]
 
 
 def layer_inputs(cascade: Any, seed: int = 0) -> dict[str, np.ndarray]:
@@ -259,6 +314,7 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
     engine = get_backend("triton")
     program = engine.compile(cascade, report.schedule, "float32", matmul_precision="tf32")
     compile_s = time.perf_counter() - t0
+    print(f"  {label}: {len(report.schedule.groups)} groups printed in {compile_s:.1f} s; running", flush=True)
     res = engine.run(program, inputs, repeat=repeat, warmup=2,
                      layer_repeat=0 if os.environ.get("TRITON_INTERPRET") == "1" else 2 * repeat)
     wall = time.perf_counter() - t0
@@ -276,8 +332,15 @@ def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int
             "wall_s": wall, "fallbacks": res.fallbacks, "groups": groups, "outputs": res.outputs}
 
 
+def bench_points(quick: bool, first: int | None, start_at: int) -> list[tuple[str, int, int]]:
+    points = [MAMBA2_POINTS[0], *MAMBA1_POINTS, *MAMBA2_POINTS[1:]]
+    if quick:
+        points = points[:3] + [points[5]]
+    return points[start_at:first]
+
+
 def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | None, dry: bool,
-            first: int | None = None, start_at: int = 0) -> None:
+            first: int | None = None, start_at: int = 0, maps: Path | None = None) -> None:
     import torch
     import triton
 
@@ -301,10 +364,7 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
     if not dry:
         out["launch_overhead"] = launch_overhead()
         print(f"launch overhead: {out['launch_overhead']}", flush=True)
-    points = [MAMBA2_POINTS[0], *MAMBA1_POINTS, *MAMBA2_POINTS[1:]]
-    if quick:
-        points = points[:3] + [points[5]]
-    points = points[start_at:first]
+    points = bench_points(quick, first, start_at)
     if dry:
         points = [("mamba2-370m", 1, 64), ("mamba-370m", 1, 16)]
     seen: set[str] = set()
@@ -320,7 +380,8 @@ def measure(out_dir: Path, quick: bool, budget_s: float, mamba_ssm_src: str | No
         repeat = 3 if dry else (5 if seqlen * batch >= 32768 else 10)
         point: dict[str, Any] = {"model": model, "batch": batch, "seqlen": seqlen, "runs": []}
         print(f"== {model} batch {batch} seqlen {seqlen}", flush=True)
-        variants = _variants(cascade, family, first=model not in seen)
+        variants = _variants(cascade, None if dry else maps, point_name(model, batch, seqlen), family,
+                             first=model not in seen)
         seen.add(model)
         fused_out = None
         for label, m in variants:
@@ -562,6 +623,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new points after this long")
     ap.add_argument("--first", type=int, default=None, help="measure only the first N points")
     ap.add_argument("--start-at", type=int, default=0, help="skip the points before this index")
+    ap.add_argument("--map-only", type=Path, default=None, help="only map the points, into mapping files here")
+    ap.add_argument("--mappings", type=Path, default=None, help="run the mapping files --map-only wrote")
     ap.add_argument("--mamba-ssm", default=None, help="unpacked mamba_ssm source tree (for the SSD comparison)")
     ap.add_argument("--table", type=Path)
     ap.add_argument("--md", type=Path)
@@ -573,9 +636,12 @@ def main() -> None:
             a.md.write_text(text)
         print(text)
         return
+    if a.map_only:
+        map_points(a.map_only, bench_points(a.quick, a.first, a.start_at))
+        return
     if a.dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry, a.first, a.start_at)
+    measure(a.out, a.quick, a.budget_s, a.mamba_ssm, a.dry, a.first, a.start_at, a.mappings)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,17 @@ class Arch:
     offchip_capacity_bytes: int | None = None
     description: str = ""
     source: str | None = field(default=None, compare=False)
+    #: programs that run at once (a GPU's SMs): a group whose grid has fewer, or a last partial wave, leaves
+    #: units idle; 0: a group's work is spread over the whole chip (an accelerator's array, one loop nest)
+    program_slots: int = 0
+    #: the matrix unit's smallest reduction per product (a tensor core's K): shorter ones waste the rest
+    matrix_min: int = 1
+    #: programs one slot holds at once (their recurrence chains overlap), when their buffers fit it together
+    resident_programs: int = 1
+    #: elements one program (or the whole chip, without slots) advances per dependent step of a recurrence
+    step_width: int = 1
+    #: latency of one dependent step of a recurrence (load of its inputs, the update, the state kept on chip)
+    recurrence_step_s: float = 0.0
 
     # --- compute -------------------------------------------------------------------
 
@@ -252,7 +263,10 @@ class Arch:
 
     @property
     def fusion_buffer_bytes(self) -> int:
-        """Capacity a fusion group's on-chip intermediates must fit in, bytes."""
+        """Capacity a fusion group's on-chip buffers must fit in, bytes: on an arch with program slots (a GPU),
+        one instance of the level (a program's buffers live in one SM's shared memory), else the whole level."""
+        if self.program_slots:
+            return self.fusion_buffer.instance_bytes
         return self.buffer_bytes(self.fusion_buffer.name)
 
     # --- sweeps and reports ------------------------------------------------------------
@@ -317,6 +331,11 @@ class Arch:
             "group_overhead_s": self.group_overhead_s,
             "transfer_overhead_s": self.transfer_overhead_s,
             "pipeline_depth": self.pipeline_depth,
+            "program_slots": self.program_slots,
+            "resident_programs": self.resident_programs,
+            "matrix_min": self.matrix_min,
+            "step_width": self.step_width,
+            "recurrence_step_s": self.recurrence_step_s,
             "weights_resident": self.weights_resident,
             "buffers": [
                 {
@@ -361,6 +380,11 @@ OVERRIDABLE: dict[str, str] = {
     "group_overhead_s": "time",
     "transfer_overhead_s": "time",
     "pipeline_depth": "non-negative int",
+    "program_slots": "non-negative int",
+    "resident_programs": "positive int",
+    "matrix_min": "positive int",
+    "step_width": "positive int",
+    "recurrence_step_s": "time",
 }
 
 
@@ -454,7 +478,9 @@ def parse_arch(text: str, file: str = "<string>") -> Arch:
 
 
 _TOP_REQUIRED = ("name", "kind", "can_fuse", "clock", "units", "ops", "buffers", "offchip", "overheads")
-_TOP_OPTIONAL = ("description", "precision", "element_bytes", "lanes", "pipeline_depth", "weights_resident")
+_TOP_OPTIONAL = ("description", "precision", "element_bytes", "lanes", "pipeline_depth", "weights_resident",
+                 "parallelism")
+_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "description")
 _UNIT_KEYS = ("peak", "efficiency", "per_lane", "description")
 _OP_KEYS = ("unit", "cost", "matrix_unit", "matrix_cost", "note")
 _BUFFER_KEYS = ("name", "capacity", "instances", "bandwidth", "holds_fused", "per_lane", "description")
@@ -619,6 +645,20 @@ class _Reader:
             per_transfer = self.quantity(
                 over["per_transfer"][1], "time", "overheads.per_transfer", allow_zero=True
             )
+        slots, resident, width, step, matrix_min = 0, 1, 1, 0.0, 1
+        if "parallelism" in opt:
+            par = self.mapping(opt["parallelism"], "parallelism", _PARALLELISM_KEYS, ())
+            if "programs" in par:
+                slots = self.integer(par["programs"][1], "parallelism.programs", 1)
+            if "matrix_min" in par:
+                matrix_min = self.integer(par["matrix_min"][1], "parallelism.matrix_min", 1)
+            if "resident" in par:
+                resident = self.integer(par["resident"][1], "parallelism.resident", 1)
+            if "step_width" in par:
+                width = self.integer(par["step_width"][1], "parallelism.step_width", 1)
+            if "recurrence_step" in par:
+                step = self.quantity(par["recurrence_step"][1], "time", "parallelism.recurrence_step",
+                                     allow_zero=True)
         arch = Arch(
             name=name,
             kind=kind,
@@ -643,6 +683,11 @@ class _Reader:
             lanes=self.integer(opt["lanes"], "lanes", 1) if "lanes" in opt else 1,
             weights_resident=self.weights_resident(opt["weights_resident"]) if "weights_resident" in opt else False,
             source=self.file,
+            program_slots=slots,
+            resident_programs=resident,
+            matrix_min=matrix_min,
+            step_width=width,
+            recurrence_step_s=step,
         )
         self.check_precisions(arch, top)
         return arch

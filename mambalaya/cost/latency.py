@@ -10,6 +10,14 @@
   (kernel launch, host coordination, reconfiguration) plus
   ``arch.transfer_overhead_s`` per off-chip transfer (one per pass of each read and
   one per write: CGLA DMA setup). A mapping's latency is the sum over its groups.
+- **Parallel extent** (archs with ``program_slots``, a GPU's SMs): a group's ``P`` programs run in
+  ``waves = ceil(P / slots)`` waves, so only ``P / (waves * slots)`` of the chip works: the roofline
+  time is divided by that fraction (one program of a 132-SM chip runs 132x longer than the chip would).
+- **Sequential depth**: a recurrence's steps depend on each other. Each program (the whole chip, without
+  slots) walks its recurrences' steps one after another, ``ceil(state / step_width)`` blocks per step,
+  each ``recurrence_step_s``. Programs resident on one slot at once (``resident_programs``, as many as
+  fit its buffer capacity together) overlap their chains: the group takes at least
+  ``ceil(P / (slots x resident)) x`` that chain.
 - An Einsum's latency is its share of its group's: the group latency split in
   proportion to ``max(compute, memory)`` of its Einsums (equal shares when all are 0).
 """
@@ -35,10 +43,35 @@ def memory_seconds(arch: Arch, nbytes: int | float) -> float:
     return float(nbytes) / arch.offchip_bandwidth
 
 
-def group_latency(arch: Arch, compute_s: float, traffic_bytes: int, transfers: int) -> tuple[float, float]:
-    """(latency, overhead) of one group: roofline max plus per-group and per-transfer overheads."""
+def parallel_fraction(arch: Arch, programs: int) -> tuple[float, int]:
+    """(fraction of the chip a grid of ``programs`` keeps busy, waves it runs in); (1, 1) without slots."""
+    slots = arch.program_slots
+    if slots <= 0 or programs <= 0:
+        return 1.0, 1
+    waves = -(-programs // slots)
+    return programs / (waves * slots), waves
+
+
+def chain_seconds(arch: Arch, programs: int, chain_steps: int, occupancy_bytes: int) -> float:
+    """The dependency chain's floor: each program's steps, in as many rounds as its programs need of the
+    slots' resident places (module docstring)."""
+    if chain_steps <= 0 or arch.recurrence_step_s <= 0:
+        return 0.0
+    rounds = 1
+    if arch.program_slots > 0:
+        fit = max(1, arch.fusion_buffer_bytes // max(1, occupancy_bytes))
+        places = arch.program_slots * min(arch.resident_programs, fit)
+        rounds = -(-max(1, programs) // places)
+    return rounds * chain_steps * arch.recurrence_step_s
+
+
+def group_latency(arch: Arch, compute_s: float, traffic_bytes: int, transfers: int, programs: int = 0,
+                  chain_s: float = 0.0) -> tuple[float, float]:
+    """(latency, overhead) of one group: the roofline over the part of the chip its grid occupies, at least its
+    recurrences' dependency chain (:func:`chain_seconds`), plus per-group and per-transfer overheads."""
     overhead = arch.group_overhead_s + arch.transfer_overhead_s * transfers
-    return max(compute_s, memory_seconds(arch, traffic_bytes)) + overhead, overhead
+    frac, _ = parallel_fraction(arch, programs)
+    return max(max(compute_s, memory_seconds(arch, traffic_bytes)) / frac, chain_s) + overhead, overhead
 
 
 def split_latency(total: float, weights: list[float]) -> list[float]:
@@ -49,4 +82,4 @@ def split_latency(total: float, weights: list[float]) -> list[float]:
     return [total * w / s for w in weights]
 
 
-__all__ = ["compute_seconds", "group_latency", "memory_seconds", "split_latency"]
+__all__ = ["chain_seconds", "compute_seconds", "group_latency", "memory_seconds", "parallel_fraction", "split_latency"]

@@ -14,9 +14,16 @@ from typing import Any
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.latency import compute_seconds, group_latency, memory_seconds, split_latency
+from mambalaya.cost.latency import (
+    chain_seconds,
+    compute_seconds,
+    group_latency,
+    memory_seconds,
+    parallel_fraction,
+    split_latency,
+)
 from mambalaya.cost.ops import flops, ops_by_kind
-from mambalaya.cost.price import Traffic, TrafficRow, member_ops, traffic_rows
+from mambalaya.cost.price import Traffic, TrafficRow, chain_steps, member_ops, traffic_rows
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.schedule import GroupSchedule, Schedule, lower_mapping
@@ -99,13 +106,19 @@ class GroupCost(_RooflineFigures):
     latency_s: float
     flops: int
     transfers: int
-    occupancy_bytes: int = 0  # every buffer of its schedule, held at once
+    occupancy_bytes: int = 0  # every buffer of its schedule, held at once (one program's, on a GPU)
+    programs: int = 1  # programs of its grid (1: one loop nest)
+    parallel_fraction: float = 1.0  # of the chip its grid keeps busy (waves against the arch's program slots)
+    chain_s: float = 0.0  # its recurrences' dependency chain (a floor under its latency)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "einsums": list(self.einsums),
             "occupancy_bytes": self.occupancy_bytes,
+            "programs": self.programs,
+            "parallel_fraction": self.parallel_fraction,
+            "chain_s": self.chain_s,
             "traffic_bytes": self.traffic_bytes,
             "memory_s": self.memory_s,
             "compute_s": self.compute_s,
@@ -219,7 +232,11 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
     memory = {e: memory_seconds(arch, traffic[e]) for e in members}
     total_bytes = sum(r.bytes for r in rows)
     transfers = sum(r.transfers for r in rows)
-    latency, overhead = group_latency(arch, sum(compute.values()), total_bytes, transfers)
+    programs = sched.programs if sched.grid else 1
+    chain = chain_seconds(arch, programs, chain_steps(ctx, sched) if arch.recurrence_step_s > 0 else 0,
+                          sched.occupancy_bytes)
+    latency, overhead = group_latency(arch, sum(compute.values()), total_bytes, transfers, programs, chain)
+    frac, _ = parallel_fraction(arch, programs)
     shares = split_latency(latency, [max(compute[e], memory[e]) for e in members])
     einsums = []
     for e, share in zip(members, shares, strict=True):
@@ -227,7 +244,8 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
         einsums.append(EinsumCost(e, sched.index, traffic[e], memory[e], compute[e], share, ops, int(flops(ops)),
                                   tuple(charged[e])))
     g = GroupCost(sched.index, tuple(members), total_bytes, memory_seconds(arch, total_bytes), sum(compute.values()),
-                  overhead, latency, sum(e.flops for e in einsums), transfers, sched.occupancy_bytes)
+                  overhead, latency, sum(e.flops for e in einsums), transfers, sched.occupancy_bytes, programs, frac,
+                  chain)
     return g, einsums, rows
 
 

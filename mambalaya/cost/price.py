@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
-from mambalaya.schedule import Compute, GroupSchedule, Load, Store
+from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
 
 
 @dataclass(frozen=True)
@@ -106,19 +106,67 @@ def traffic_rows(ctx: CostContext, sched: GroupSchedule) -> list[TrafficRow]:
     return rows
 
 
+def matrix_waste(ctx: CostContext, sched: GroupSchedule) -> dict[str, float]:
+    """Per member: how much more its matrix-unit ops cost because each execution's reduction is shorter than the
+    unit's smallest product (``arch.matrix_min``: a tensor core's K); 1 where it is not."""
+    need = ctx.arch.matrix_min
+    out: dict[str, float] = {}
+    if need <= 1:
+        return out
+    for s, _ in sched.statements():
+        if isinstance(s, Compute):
+            e = ctx.cascade.einsum(s.einsum)
+            k = 1
+            for r in s.ranges:
+                if r.rank not in e.out_ranks:
+                    k *= extent.range_length(r, sched.loops)
+            if k < need:
+                out[s.einsum] = need / k
+    return out
+
+
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
-    """Ops charged to each of the group's own Einsums: its own, times the programs it runs in, and those of
-    the recomputed producers it is the first to read."""
+    """Ops charged to each of the group's own Einsums: its own, times the programs it runs in (and the matrix
+    unit's waste on short reductions, :func:`matrix_waste`), and those of the recomputed producers it is the
+    first to read."""
     cascade = ctx.cascade
     replicas = {**dict(sched.inline), **{s.einsum: s.replicas for s, _ in sched.statements() if isinstance(s, Compute)}}
+    waste = matrix_waste(ctx, sched)
     own = [e for e in sched.members if e in sched.einsums]
     out: dict[str, list[OpCount]] = {e: [] for e in own}
     for m in sched.members:
         k = replicas.get(m, 1)
-        ops = [OpCount(o.kind, o.count * k, o.matrix, o.reduce_len) for o in ctx.ops(m)]
+        w = waste.get(m, 1.0)
+        ops = [OpCount(o.kind, o.count * k * (w if o.matrix else 1), o.matrix, o.reduce_len) for o in ctx.ops(m)]
         who = m if m in out else next((x for x in own if m in cascade.einsum(x).reads), own[0])
         out[who] += ops
     return out
 
 
-__all__ = ["Traffic", "TrafficRow", "member_ops", "traffic_rows"]
+def chain_steps(ctx: CostContext, sched: GroupSchedule) -> int:
+    """Dependent recurrence steps one program walks (the whole chip's, without a grid): per recurrence it computes,
+    the steps of its rank times ``ceil(its other elements / arch.step_width)`` blocks, times the iterations of the
+    tile loops around it that are not the program grid (those run one after another inside a program)."""
+    total = 0
+    for s, loops in sched.statements():
+        if not isinstance(s, Compute):
+            continue
+        rec = ctx.cascade.einsum(s.einsum).recurrence
+        if rec is None:
+            continue
+        steps, rest = 1, 1
+        for r in s.ranges:
+            n = extent.range_length(r, sched.loops)
+            if r.rank == rec.rank:
+                steps = n
+            else:
+                rest *= n
+        inner = 1
+        for j in loops:
+            if j >= sched.grid:
+                inner *= sched.loops[j].trips
+        total += inner * steps * -(-rest // ctx.arch.step_width)
+    return total
+
+
+__all__ = ["Traffic", "TrafficRow", "chain_steps", "matrix_waste", "member_ops", "traffic_rows"]

@@ -19,16 +19,20 @@ fitting tiling by the objective (lexicographic: latency then traffic, or the rev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from mambalaya.cost.context import CostContext
+from mambalaya.cost.latency import memory_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import Load, ScheduleError, extent
 
 Score = tuple[float, float]
+#: Least share of a group's latency that spreading it over more programs could gain for the search to try
+#: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this).
+SPREAD_MIN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,10 @@ class _Search:
         an = ctx.analysis
         self.order = an.loop_order(einsums)
         self.loops = [r for r, _ in an.tileable(einsums)]
+        if ctx.arch.program_slots:  # a recurrence's loop innermost: the loops outside it can be the program grid
+            seq = {r for e in einsums if (rec := ctx.cascade.einsum(e).recurrence) is not None for r in [rec.rank]}
+            self.order = tuple(r for r in self.order if r not in seq) + tuple(r for r in self.order if r in seq)
+            self.loops = [r for r in self.order if r in set(self.loops)]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
         self.seen: dict[tuple, GroupCost | str] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
@@ -83,6 +91,8 @@ class _Search:
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
         self.cap = ctx.arch.fusion_buffer_bytes
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
+        self.untiled = None  # the untiled schedule, once lowered
+        self._bound: list = []  # bound(), once computed
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | str:
         """The cost at these tiles, or why they do not fit."""
@@ -95,6 +105,8 @@ class _Search:
             except ScheduleError as err:
                 got = str(err)
             else:
+                if not key:
+                    self.untiled = sched
                 need = sched.occupancy_bytes
                 self.least = need if self.least is None else min(self.least, need)
                 if need > self.cap:
@@ -142,23 +154,74 @@ class _Search:
         return opts[lo]
 
     def bound(self) -> GroupCost | None:
-        """The untiled schedule's cost, whether or not it fits: when every load covers its box densely
-        (:func:`~mambalaya.schedule.extent.dense_box`), no tiling loads less, computes less or runs faster
-        (tiles only add re-reads, transfers and programs), so it bounds every tiling from below. None
-        when a load is sparse (a tile would clip its hull) or the group has no untiled schedule."""
-        group = FusionGroup(self.einsums, self.order)
-        try:
-            sched = self.ctx.lower(group, self.stored, check=False)
-        except ScheduleError:
+        """A lower bound on the cost at every tiling, from the untiled schedule (whether or not it fits): its
+        compute (tiles only add programs' replicas), its stores and its dense loads (a load covering its box
+        densely, :func:`~mambalaya.schedule.extent.dense_box`, moves no less under any tiling; a sparse one may,
+        so it counts 0), its overheads, at the whole chip (tiles may spread it over more programs). None when
+        the group has no untiled schedule."""
+        if not self._bound:
+            self._bound.append(self._lower_bound())
+        return self._bound[0]
+
+    def _lower_bound(self) -> GroupCost | None:
+        if () not in self.seen:
+            self.cost({})
+        if self.untiled is None:
             return None
-        ranges = {n: dict(zip(self.ctx.cascade.einsum(n).ranks, rs, strict=True)) for n, rs in sched.ranges.items()}
-        if not all(extent.dense_box(s.box, ranges) for s, _ in sched.statements() if isinstance(s, Load)):
-            return None
-        return group_costs(self.ctx, sched)[0]
+        sched, cascade = self.untiled, self.ctx.cascade
+        ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in sched.ranges.items()}
+        sparse = sum(s.elements * cascade.tensors[s.tensor].element_bytes for s, _ in sched.statements()
+                     if isinstance(s, Load) and not extent.dense_box(s.box, ranges))
+        got = group_costs(self.ctx, sched)[0]
+        traffic = got.traffic_bytes - sparse
+        memory = memory_seconds(self.ctx.arch, traffic)
+        floor = max(got.compute_s, memory) if self.ctx.arch.program_slots else max(got.compute_s, memory, got.chain_s)
+        return replace(got, traffic_bytes=traffic, memory_s=memory, latency_s=floor + got.overhead_s)
+
+    def spread(self, tiles: dict[str, int], cost: GroupCost) -> tuple[dict[str, int], GroupCost]:
+        """On an arch with program slots: the best of ``tiles`` and the tilings that give the grid about one
+        program per slot (each outer loop alone, the two outermost split evenly), then a walk to a neighbouring
+        tiling (one loop's tile the next admitted size smaller or larger) while one costs less: more programs fill
+        more of the chip until the re-reads they add cost more; a wider reduction tile feeds the matrix unit."""
+        slots = self.ctx.arch.program_slots
+        best = (dict(tiles), cost)
+        lb = self.bound()  # no tiling is faster
+        if lb is not None and cost.latency_s - lb.latency_s <= SPREAD_MIN_GAIN * cost.latency_s:
+            return best
+
+        def better(cand: dict[str, int]) -> None:
+            nonlocal best
+            c = self.cost(cand)
+            if isinstance(c, GroupCost) and score(c, self.objective) < score(best[1], self.objective):
+                best = (cand, c)
+
+        def at_trips(r: str, n: int) -> int:  # the largest admitted tile of r giving at least n tiles
+            return next((t for t in tile_options(self.size[r]) if -(-self.size[r] // t) >= n), 1)
+
+        have = max(1, cost.programs)
+        outer = self.loops[:3]
+        for r in outer:
+            if have < slots:
+                better({**tiles, r: min(tiles.get(r, self.size[r]), at_trips(r, -(-slots // have)))})
+        if len(outer) >= 2 and have < slots:
+            half = max(1, int((slots / have) ** 0.5))
+            better({**tiles, outer[0]: min(tiles.get(outer[0], self.size[outer[0]]), at_trips(outer[0], half)),
+                    outer[1]: min(tiles.get(outer[1], self.size[outer[1]]), at_trips(outer[1], -(-slots // (have * half))))})
+        while True:
+            cur = best
+            for r in self.loops:
+                now = cur[0].get(r, self.size[r])
+                opts = (self.size[r], *tile_options(self.size[r]))  # descending
+                i = opts.index(now) if now in opts else 0
+                for t in (*opts[i + 1:i + 2], *opts[max(0, i - 1):i]):
+                    better({**cur[0], r: t} if t < self.size[r] else {k: v for k, v in cur[0].items() if k != r})
+            if best is cur:
+                return best
 
     def run(self, give_up=None) -> Tiled | Untileable:
         untiled = self.cost({})  # lowered whole: the untiled schedule is cheap and tells whether it fits
-        if isinstance(untiled, GroupCost):
+        slots = self.ctx.arch.program_slots
+        if isinstance(untiled, GroupCost) and not slots:
             return Tiled(FusionGroup(self.einsums, self.order), untiled, self.rows[()])
         if give_up is not None:
             lb = self.bound()
@@ -166,7 +229,9 @@ class _Search:
                 return Untileable(self.einsums, "dominated", None, bound=lb)
         found: list[dict[str, int]] = []
         fixed: dict[str, int] = {}
-        for r in reversed(self.loops):  # inner loops first, the inner ones already at their least tile
+        if isinstance(untiled, GroupCost):  # (a GPU's: it fits, and tiles may still pay by spreading it)
+            found.append({})
+        for r in reversed(self.loops if not found else ()):  # inner loops first, the inner ones already at their least tile
             t = self.largest(fixed, r)
             if t is not None:
                 found.append({**fixed, r: t})
@@ -175,7 +240,7 @@ class _Search:
             self.fits(least)
             if tuple(sorted(least.items())) not in self.refused:  # (a loop the schedule will not tile stays whole)
                 fixed = least
-        if len(self.loops) >= 2:  # a staircase: as r0's tile falls, r1's largest fitting tile only grows
+        if len(self.loops) >= 2 and not isinstance(untiled, GroupCost):  # a staircase: as r0's tile falls, r1's largest fitting tile only grows
             r0, r1 = self.loops[0], self.loops[1]
             rest = {r: t for r, t in fixed.items() if r in self.loops[2:]}
             opts1 = (self.size[r1], *tile_options(self.size[r1]))
@@ -191,10 +256,42 @@ class _Search:
             c = self.cost(tiles)
             if isinstance(c, GroupCost) and (best is None or score(c, self.objective) < score(best[1], self.objective)):
                 best = (tiles, c)
+        if best is not None and slots:
+            best = self.spread(*best)
         if best is None:
             reasons = [v for v in self.seen.values() if isinstance(v, str)]
             return Untileable(self.einsums, reasons[0] if reasons else "no tiling fits", self.least)
         return Tiled(FusionGroup(self.einsums, self.order, best[0]), best[1], self.rows[tuple(sorted(best[0].items()))])
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound on a group's cost at every tiling (:meth:`_Search.bound`), in its loop order."""
+
+    einsums: tuple[str, ...]
+    loop_order: tuple[str, ...]
+    cost: GroupCost
+
+
+def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "latency",
+                 stored: frozenset[str] | None = None) -> Bound | Untileable | None:
+    """What costs one lowering instead of a tile search: a lower bound on the group's cost at any tiling, or
+    :class:`Untileable` when it is illegal or its smallest tiles do not fit (no tiling fits: a schedule's
+    occupancy grows with its tiles); None when there is no cheap bound (a sparse load: search it)."""
+    an = ctx.analysis
+    if not an.legal(einsums):
+        return Untileable(einsums, "; ".join(an.problems(einsums)))
+    try:
+        s = _Search(ctx, tuple(einsums), objective, stored)
+        lb = s.bound()
+        if lb is None:
+            return None
+        least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
+        if least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused:
+            return Untileable(einsums, f"needs {s.least} bytes on chip", s.least)
+    except MambalayaError as err:
+        return Untileable(einsums, str(err))
+    return Bound(tuple(einsums), s.order, lb)
 
 
 def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "latency",
@@ -211,4 +308,4 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         return Untileable(einsums, str(err))
 
 
-__all__ = ["Tiled", "Untileable", "best_tiling", "score", "tile_options"]
+__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "tile_options", "tiling_bound"]

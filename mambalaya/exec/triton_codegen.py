@@ -864,7 +864,12 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
             if j < g.grid:  # a program of the grid: t{j} set from the program id
                 ctx.emit(depth, f"# {lp.rank} in tiles of {lp.tile}: the program grid")
                 d = depth
-            else:
+            else:  # its bounds live on after it at their last tile (a statement after the loop reads them), as
+                # loop-carried values: on a GPU a name first bound inside a loop does not exist after it
+                last = (lp.trips - 1) * lp.tile
+                ctx.emit(depth, f"lo{j} = tl.full([], {last}, tl.int32)")
+                ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
+                ctx.emit(depth, f"f{j} = lo{j} == 0")
                 ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
                 d = depth + 1
             ctx.emit(d, f"lo{j} = t{j} * {lp.tile}")

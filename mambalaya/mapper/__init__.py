@@ -44,13 +44,15 @@ from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space
+from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space, refine
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
 DEFAULT_MAX_SIZE = 24
+#: Solves of a lazy space after which the space is built eagerly (its bounds are too loose to converge).
+LAZY_SOLVES = 12
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
 
@@ -112,6 +114,10 @@ def _units(c: Candidate, objective: str, res: float, arch: Arch) -> int:
     if objective != "latency":
         return round(c.traffic_bytes / res)
     if not c.compute_s:
+        return round(c.latency_s / res)
+    roofline = max(sum(c.compute_s), memory_seconds(arch, c.traffic_bytes)) + arch.group_overhead_s \
+        + arch.transfer_overhead_s * c.transfers
+    if abs(c.latency_s - roofline) > 1e-9 * roofline:  # a grid short of the chip, a recurrence's chain
         return round(c.latency_s / res)
     compute = sum(round(x / res) for x in c.compute_s)
     memory = round(memory_seconds(arch, c.traffic_bytes) / res)
@@ -200,7 +206,7 @@ def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 @_gc_paused
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
-                    max_cross: int = 8, recompute: bool = False) -> MapResult:
+                    max_cross: int = 8, recompute: bool = False, lazy: bool | None = None) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
     ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``;
@@ -209,7 +215,11 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
     crossing a layer boundary up to ``max_cross`` Einsums). ``recompute`` also searches recomputing
-    cheap multi-consumer tensors (:mod:`.recompute`; one layer only). Raises MappingError when nothing fits.
+    cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
+    Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
+    searched ones (:func:`~.space.build_space`; the same optimum); after :data:`LAZY_SOLVES` solves the
+    space is built eagerly instead (loose bounds: a GPU's group at published sizes, bounded at the whole chip).
+    Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
         raise MappingError(f"unknown objective '{objective}': use one of {', '.join(OBJECTIVES)}")
@@ -219,20 +229,31 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     if max_size is None and len(cascade.einsums) > UNBOUNDED_UP_TO:
         max_size = DEFAULT_MAX_SIZE
     start = time.perf_counter()
+    lazy = (True if lazy is None else lazy) and layers == 1 and not recompute
     if layers > 1:
         cascade, space = build_chain_space(cascade, layers, arch, objective, max_cross=max_cross)
     else:
-        space = build_space(cascade, arch, objective, max_size=max_size)
+        space = build_space(cascade, arch, objective, max_size=max_size, lazy=lazy)
     space_s = time.perf_counter() - start
     if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
         raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
-    problem, cands, (res, res2) = build_problem(space, extra)
-    remaining = None if time_limit_s is None else max(0.01, time_limit_s - space_s)
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
-    if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
-        sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
+    solves = 0
+    while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
+        problem, cands, (res, res2) = build_problem(space, extra)
+        remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
+        sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
+        if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
+            sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
+        picked = [cands[i] for i in sol.chosen]
+        if all(c.exact for c in picked):
+            break
+        solves += 1
+        if solves < LAZY_SOLVES:
+            refine(space, picked)
+        else:  # bounds too loose to converge (a GPU's at published sizes: the whole chip): the eager space
+            space = build_space(cascade, arch, objective, max_size=max_size, ctx=space.ctx)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)

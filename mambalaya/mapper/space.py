@@ -34,7 +34,7 @@ from mambalaya.analysis.candidates import EinsumDag, candidate_groups
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
-from mambalaya.cost.tiling import Tiled, best_tiling
+from mambalaya.cost.tiling import Bound, Tiled, best_tiling, tiling_bound
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
@@ -58,6 +58,7 @@ class Candidate:
     compute_s: tuple[float, ...] = ()  # per member (cascade order): the compute part of latency_s
     transfers: int = 0  # off-chip transfers (per-transfer overhead)
     unwritten: tuple[str, ...] = ()  # tensors whose write is left out: every outside reader recomputes them
+    exact: bool = True  # False: a lower bound on every tiling's cost (a lazy space's, until refined)
 
     def cost(self, objective: str) -> float:
         return self.latency_s if objective == "latency" else float(self.traffic_bytes)
@@ -89,6 +90,7 @@ class Space:
     grown: set[tuple[str, ...]] = field(repr=False, default_factory=set)  # groups the enumeration grew from
     dominated: int = 0  # legal groups left out because a split of them costs no more
     coster: object = field(repr=False, default=None)  # the Coster that built it (its compiled buffer needs)
+    lazy: bool = False  # some candidates carry a lower bound, refined (:func:`refine`) when a solve picks them
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Choice:
     buffer_bytes: int
     compute_s: tuple[float, ...] = ()
     transfers: int = 0
+    exact: bool = True
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,38 @@ class Coster:
                     out = both
         return out
 
+    def estimate(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
+        """A group's lower bound as an inexact :class:`Choice` (no tiles), or Rejected; the full choice when it
+        has no cheap bound or is one Einsum (singletons stay exact: every cover's upper bound is theirs)."""
+        if len(members) == 1:
+            return self.choose(members)
+        key = ("bound", *self._shape_key(members))
+        got = self.shapes.get(key)
+        if got is None:
+            b = tiling_bound(self.ctx, members, self.objective)
+            if b is None:
+                got = self._exact(members)
+            elif isinstance(b, Bound):
+                got = Choice(b.loop_order, (), b.cost.traffic_bytes, b.cost.latency_s, b.cost.occupancy_bytes, (),
+                             b.cost.transfers, exact=False)
+            else:
+                got = Rejected(members, b.reason, b.need_bytes)
+            self.shapes[key] = got
+            self.evaluations += 1
+        return got
+
+    def exact(self, members: tuple[str, ...]) -> Choice | Rejected:
+        """The group's best tiling and cost (no dominance test: a lazy space refines what a solve picked)."""
+        key = ("exact", *self._shape_key(members))
+        if key not in self.shapes:
+            self.shapes[key] = self._exact(members)
+            self.evaluations += 1
+        return self.shapes[key]
+
+    def _exact(self, members: tuple[str, ...]) -> Choice | Rejected:
+        got = best_tiling(self.ctx, members, self.objective)
+        return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
+
     def _choose(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
         if not self.ctx.analysis.legal(members):
             return Rejected(members, "; ".join(self.ctx.analysis.problems(members)))
@@ -278,35 +313,71 @@ def _dominated(c: Choice, split: Score, objective: str) -> bool:
 
 
 def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
-                ctx: CostContext | None = None) -> Space:
-    """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost."""
+                ctx: CostContext | None = None, lazy: bool = False) -> Space:
+    """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost.
+
+    ``lazy``: a group of several Einsums is given a lower bound on its cost (one lowering, no tile search,
+    no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
+    exact is optimal, since every other candidate costs at least its bound."""
     coster = Coster(cascade, arch, objective, ctx)
     if not arch.can_fuse:
         max_size = 1
     kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
+    judge = coster.estimate if lazy else coster.choose
 
     def keep(members: tuple[str, ...]) -> bool:  # dominated groups are grown: a superset may pay
         ch = kept.get(members)
         if ch is None:  # (the loop below has usually chosen it already)
-            ch = kept[members] = coster.choose(members)
+            ch = kept[members] = judge(members)
         return not isinstance(ch, Rejected)
 
     enumerated = 0
     for members in candidate_groups(cascade, max_size=max_size, keep=keep, dag=coster.dag):
         enumerated += 1
         if members not in kept:  # groups at the size cap are yielded but not offered to keep()
-            kept[members] = coster.choose(members)
+            kept[members] = judge(members)
     candidates, rejected = [], {}
     for members, ch in kept.items():
         if isinstance(ch, Choice):
-            group = FusionGroup(members, ch.loop_order, dict(ch.tiles))
-            candidates.append(Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes,
-                                        ch.compute_s, ch.transfers))
+            candidates.append(_candidate(members, ch))
         elif len(members) == 1:
             rejected[members[0]] = ch
     space = Space(cascade, arch, objective, candidates, rejected, enumerated, coster.evaluations, max_size, coster.ctx)
+    space.lazy = lazy
     space.best = coster.best
     space.grown = {m for m, ch in kept.items() if not isinstance(ch, Rejected)}
     space.dominated = sum(isinstance(ch, Dominated) for ch in kept.values())
     space.coster = coster
     return space
+
+
+def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
+    group = FusionGroup(members, ch.loop_order, dict(ch.tiles))
+    return Candidate(members, group, ch.traffic_bytes, ch.latency_s, ch.buffer_bytes, ch.compute_s, ch.transfers,
+                     exact=ch.exact)
+
+
+#: Inexact candidates refined with each solve's picks (the cheapest bounds per Einsum): fewer solves.
+REFINE_BATCH = 16
+
+
+def refine(space: Space, picked: list[Candidate]) -> None:
+    """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
+    with them the :data:`REFINE_BATCH` inexact ones of least bound per Einsum (the next a solve would pick)."""
+    todo = {c.einsums for c in picked if not c.exact}
+    if not todo:
+        return
+    rest = sorted((c for c in space.candidates if not c.exact and c.einsums not in todo),
+                  key=lambda c: c.cost(space.objective) / len(c.einsums))
+    todo |= {c.einsums for c in rest[:REFINE_BATCH]}
+    coster: Coster = space.coster  # type: ignore[assignment]
+    kept = []
+    for c in space.candidates:
+        if c.einsums not in todo:
+            kept.append(c)
+            continue
+        ch = coster.exact(c.einsums)
+        if isinstance(ch, Choice):
+            kept.append(_candidate(c.einsums, ch))
+    space.candidates = kept
+    space.evaluations = coster.evaluations

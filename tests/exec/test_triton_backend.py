@@ -16,12 +16,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from small_cascades import small_cascade  # noqa: E402
+from triton_scope import unbound_reads  # noqa: E402
 
 from mambalaya.arch import load_arch  # noqa: E402
 from mambalaya.cost.heuristics import unfused_baseline  # noqa: E402
 from mambalaya.exec.backend import execute  # noqa: E402
 from mambalaya.exec.reference import random_inputs  # noqa: E402
 from mambalaya.exec.triton_backend import TOLERANCES, triton_available  # noqa: E402
+from mambalaya.exec.triton_codegen import TritonOptions, group_kernel_source  # noqa: E402
 from mambalaya.exec.verify import verify_mapping  # noqa: E402
 from mambalaya.ir.mapping import FusionGroup, Mapping  # noqa: E402
 from mambalaya.mapper import optimal_mapping  # noqa: E402
@@ -55,6 +57,31 @@ def test_mapper_optimum_and_unfused_baseline(name: str) -> None:
     a = load_arch("h200")
     for m in (optimal_mapping(c, a).mapping, unfused_baseline(c, a)):
         _check(c, m)
+
+
+def test_the_scope_check_finds_a_name_bound_only_inside_a_loop() -> None:
+    src = "@triton.jit\ndef kernel(x):\n    for t in range(4):\n        lo = t\n    y = lo + x\n"
+    assert unbound_reads(src) == ["lo (line 5)"]
+    assert unbound_reads(src.replace("    for t", "    lo = 0\n    for t")) == []
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_kernels_bind_every_name_they_read_in_scope(name: str) -> None:
+    """Every kernel of the h200 optimum, and of a scan whose recurrence loop is tiled innermost with a member
+    after it (the final state: Mamba-1's shape on a GPU), reads only names bound in scope on a GPU."""
+    c = small_cascade(name)
+    mappings = [optimal_mapping(c, "h200").mapping]
+    if name == "mamba1":
+        scan = ("A", "DA", "BX", "H", "SY", "Y", "G", "HF")
+        names = c.einsum_names
+        before = [FusionGroup((e,)) for e in names[:names.index("A")]]
+        after = [FusionGroup((e,)) for e in names[names.index("A"):] if e not in scan]
+        mappings.append(Mapping((*before, FusionGroup(scan, ("d", "n", "b", "l"), {"l": 1, "d": 4}), *after),
+                                c.name).validate(c))
+    for m in mappings:
+        for g in lower_mapping(c, m, load_arch("h200")).groups:
+            src = group_kernel_source(c, g, "float32", TritonOptions()).source
+            assert unbound_reads(src) == [], f"{' '.join(g.einsums)}"
 
 
 @pytest.mark.parametrize("name", ["mamba1", "mamba2-decode", pytest.param("mamba2", marks=pytest.mark.slow)])

@@ -1,0 +1,53 @@
+"""The lazy space (groups costed by a lower bound, tile-searched when a solve picks them) finds the eager optimum."""
+
+from __future__ import annotations
+
+import pytest
+from analysis.cascades import random_cascades
+from hypothesis import HealthCheck, given, settings
+from small_cascades import small_cascade
+
+from mambalaya.arch import load_arch
+from mambalaya.errors import MappingError
+from mambalaya.parse.cascade_file import cascade_from_dict
+from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper.space import build_space
+
+
+def _same(c, arch) -> None:
+    eager = optimal_mapping(c, arch, lazy=False)
+    lazy = optimal_mapping(c, arch, lazy=True)
+    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
+    assert lazy.report.latency_s == pytest.approx(eager.report.latency_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("arch", ["mambalaya", "imax3", pytest.param("h200", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["mlp2", "attention", "mamba1-decode", pytest.param("mamba1", marks=pytest.mark.slow)])
+def test_shipped_cascades(name: str, arch: str) -> None:
+    _same(small_cascade(name), arch)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(random_cascades(max_einsums=5))
+def test_random_cascades_in_a_small_buffer(data) -> None:
+    c = cascade_from_dict(data)
+    arch = load_arch("mambalaya").with_overrides(fusion_buffer_bytes=2048)
+    try:
+        eager = optimal_mapping(c, arch, lazy=False)
+    except MappingError:
+        with pytest.raises(MappingError):
+            optimal_mapping(c, arch, lazy=True)
+        return
+    lazy = optimal_mapping(c, arch, lazy=True)
+    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
+
+
+def test_a_lazy_space_bounds_groups_and_keeps_singletons_exact() -> None:
+    c = small_cascade("mamba1")
+    space = build_space(c, load_arch("mambalaya"), lazy=True)
+    assert all(x.exact for x in space.candidates if len(x.einsums) == 1)
+    assert any(not x.exact for x in space.candidates)
+    exact = {x.einsums: x for x in build_space(c, load_arch("mambalaya")).candidates}
+    for x in space.candidates:  # a bound never exceeds the searched cost
+        if not x.exact and x.einsums in exact:
+            assert x.latency_s <= exact[x.einsums].latency_s * (1 + 1e-12)
