@@ -115,14 +115,16 @@ def _units(c: Candidate, objective: str, res: float, arch: Arch) -> int:
         return round(c.traffic_bytes / res)
     if not c.compute_s:
         return round(c.latency_s / res)
-    roofline = max(sum(c.compute_s), memory_seconds(arch, c.traffic_bytes)) + arch.group_overhead_s \
-        + arch.transfer_overhead_s * c.transfers
-    if abs(c.latency_s - roofline) > 1e-9 * roofline:  # a grid short of the chip, a recurrence's chain
-        return round(c.latency_s / res)
     compute = sum(round(x / res) for x in c.compute_s)
     memory = round(memory_seconds(arch, c.traffic_bytes) / res)
-    return (max(compute, memory) + round(arch.group_overhead_s / res)
-            + round(arch.transfer_overhead_s / res) * c.transfers)
+    overhead = arch.group_overhead_s + arch.transfer_overhead_s * c.transfers
+    plain = max(sum(c.compute_s), memory_seconds(arch, c.traffic_bytes))
+    roof = max(compute, memory)
+    if plain > 0 and abs(c.latency_s - plain - overhead) > 1e-9 * (plain + overhead):
+        # a grid short of the chip (or a recurrence's chain): the roofline's parts scaled as the model scales them,
+        # so groups of one program (x132 on an H200) still tie exactly where their parts do
+        roof = round((c.latency_s - overhead) / plain * roof)
+    return roof + round(arch.group_overhead_s / res) + round(arch.transfer_overhead_s / res) * c.transfers
 
 
 def _other(objective: str) -> str:

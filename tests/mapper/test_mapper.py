@@ -261,7 +261,8 @@ def test_chain_costs_layers_times_one_layer(name: str, arch: str) -> None:
         assert full.objective_value <= ch.objective_value * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("name,arch", [("mamba2-decode", "imax3"), ("attention", "imax3"), ("mamba1", "h200")])
+@pytest.mark.parametrize("name,arch", [("mamba2-decode", "imax3"), ("attention", "imax3"),
+                                       pytest.param("mamba1", "h200", marks=pytest.mark.slow)])
 def test_dominance_pruning_keeps_the_optimum(name: str, arch: str, monkeypatch) -> None:
     from mambalaya.mapper import space as sp
 
