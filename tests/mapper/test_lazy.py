@@ -9,9 +9,9 @@ from small_cascades import small_cascade
 
 from mambalaya.arch import load_arch
 from mambalaya.errors import MappingError
-from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.mapper import optimal_mapping
 from mambalaya.mapper.space import build_space
+from mambalaya.parse.cascade_file import cascade_from_dict
 
 
 def _same(c, arch) -> None:
