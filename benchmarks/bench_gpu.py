@@ -105,13 +105,20 @@ def point_name(model: str, batch: int, seqlen: int) -> str:
     return f"{model}_b{batch}_L{seqlen}"
 
 
-def map_points(maps: Path, points: list[tuple[str, int, int]]) -> None:
-    """The mappings each point runs, computed where the mapper runs (a CPU), saved as mapping files: the mapper's
-    h200 optimum (what the tool gives a user), the hand grouping at the tool's tiles (a comparison row), the
-    unfused baseline."""
+def point_mappings(cascade: Any, family: str) -> dict[str, Any]:
+    """The mappings a point runs: the mapper's h200 optimum (what the tool gives a user), the hand grouping at
+    the tool's tiles (a comparison row), the unfused baseline."""
     from mambalaya.cost.heuristics import unfused_baseline
-    from mambalaya.ir.mapping import save_mapping
     from mambalaya.mapper import optimal_mapping
+
+    hand = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
+    return {"mapper": optimal_mapping(cascade, "h200").mapping, "hand": tiled(cascade, hand),
+            "unfused": unfused_baseline(cascade, "h200")}
+
+
+def map_points(maps: Path, points: list[tuple[str, int, int]]) -> None:
+    """:func:`point_mappings` of each point, computed where the mapper runs (a CPU), saved as mapping files."""
+    from mambalaya.ir.mapping import save_mapping
     from mambalaya.parse import open_cascade
 
     maps.mkdir(parents=True, exist_ok=True)
@@ -119,27 +126,21 @@ def map_points(maps: Path, points: list[tuple[str, int, int]]) -> None:
         family = "mamba2" if model.startswith("mamba2") else "mamba1"
         cascade = open_cascade(family, model=model, params={"batch": batch, "seqlen": seqlen})
         t0 = time.perf_counter()
-        best = optimal_mapping(cascade, "h200")
-        took = time.perf_counter() - t0
-        hand = tiled(cascade, mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade))
-        for label, m in (("mapper", best.mapping), ("hand", hand), ("unfused", unfused_baseline(cascade, "h200"))):
+        made = point_mappings(cascade, family)
+        for label, m in made.items():
             save_mapping(m, maps / f"{point_name(model, batch, seqlen)}_{label}.json")
-        print(f"{model} b{batch} L{seqlen}: mapped in {took:.1f} s, {len(best.mapping.groups)} groups", flush=True)
+        print(f"{model} b{batch} L{seqlen}: mapped in {time.perf_counter() - t0:.1f} s, "
+              f"{len(made['mapper'].groups)} groups", flush=True)
 
 
 def _variants(cascade: Any, maps: Path | None, name: str, family: str, first: bool) -> list[tuple[str, Any]]:
-    """The mappings a point runs (:func:`map_points`; from ``maps`` when given), the unfused one at a model's
+    """The mappings a point runs (:func:`point_mappings`; from ``maps`` when given), the unfused one at a model's
     first point only."""
     from mambalaya.ir.mapping import load_mapping
 
     labels = ["mapper", "hand"] + (["unfused"] if first else [])
     if maps is None:
-        from mambalaya.cost.heuristics import unfused_baseline
-        from mambalaya.mapper import optimal_mapping
-
-        made = {"mapper": optimal_mapping(cascade, "h200").mapping,
-                "hand": tiled(cascade, mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)),
-                "unfused": unfused_baseline(cascade, "h200")}
+        made = point_mappings(cascade, family)
         return [(k, made[k]) for k in labels]
     return [(k, load_mapping(maps / f"{name}_{k}.json").validate(cascade)) for k in labels]
 
