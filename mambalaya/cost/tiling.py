@@ -157,7 +157,8 @@ class _Search:
         """A lower bound on the cost at every tiling, from the untiled schedule (whether or not it fits): its
         compute (tiles only add programs' replicas), its stores and its dense loads (a load covering its box
         densely, :func:`~mambalaya.schedule.extent.dense_box`, moves no less under any tiling; a sparse one may,
-        so it counts 0), its overheads, at the whole chip (tiles may spread it over more programs). None when
+        so it counts 0), its overheads, over the most of the chip any grid of its loops can reach
+        (:meth:`widest_grid`: tiles may spread it over more programs). None when
         the group has no untiled schedule."""
         if not self._bound:
             self._bound.append(self._lower_bound())
@@ -175,8 +176,28 @@ class _Search:
         got = group_costs(self.ctx, sched)[0]
         traffic = got.traffic_bytes - sparse
         memory = memory_seconds(self.ctx.arch, traffic)
-        floor = max(got.compute_s, memory) if self.ctx.arch.program_slots else max(got.compute_s, memory, got.chain_s)
-        return replace(got, traffic_bytes=traffic, memory_s=memory, latency_s=floor + got.overhead_s)
+        slots = self.ctx.arch.program_slots
+        if not slots:
+            return replace(got, traffic_bytes=traffic, memory_s=memory,
+                           latency_s=max(got.compute_s, memory, got.chain_s) + got.overhead_s)
+        frac = min(1.0, self.widest_grid() / slots)  # the most of the chip any tiling's grid can keep busy
+        # every recurrence walks all steps of its rank in some program, one after another, at least one block each
+        chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
+                    if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
+        return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, chain_s=min(chain, got.chain_s),
+                       latency_s=max(max(got.compute_s, memory) / frac, min(chain, got.chain_s)) + got.overhead_s)
+
+    def widest_grid(self) -> int:
+        """An upper bound on the programs of any tiling's grid: every tileable loop but the recurrences' (whose
+        steps are sequential, innermost on a GPU) at tiles of one. A grid of P programs keeps at most
+        ``min(1, P / slots)`` of the chip busy, so a group whose only parallel loop is a batch of one cannot be
+        priced at the whole chip."""
+        seq = {rec.rank for e in self.einsums if (rec := self.ctx.cascade.einsum(e).recurrence) is not None}
+        n = 1
+        for r in self.loops:
+            if r not in seq:
+                n *= self.size[r]
+        return n
 
     def spread(self, tiles: dict[str, int], cost: GroupCost) -> tuple[dict[str, int], GroupCost]:
         """On an arch with program slots: the best of ``tiles`` and the tilings that give the grid about one

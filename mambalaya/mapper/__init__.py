@@ -51,8 +51,9 @@ R = TypeVar("R")
 
 #: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
 DEFAULT_MAX_SIZE = 24
-#: Solves of a lazy space after which the space is built eagerly (its bounds are too loose to converge).
-LAZY_SOLVES = 12
+#: A lazy space whose solves have tile-searched more than this share of its candidates is searched eagerly
+#: (its bounds are too loose: one pass over the rest costs less than the solves still to come).
+LAZY_SHARE = 0.5
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
 
@@ -219,8 +220,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     crossing a layer boundary up to ``max_cross`` Einsums). ``recompute`` also searches recomputing
     cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
-    searched ones (:func:`~.space.build_space`; the same optimum); after :data:`LAZY_SOLVES` solves the
-    space is built eagerly instead (loose bounds: a GPU's group at published sizes, bounded at the whole chip).
+    searched ones (:func:`~.space.build_space`; the same optimum); once the solves have searched
+    :data:`LAZY_SHARE` of the candidates, the space is built eagerly instead (bounds too loose to converge).
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -241,7 +242,6 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    solves = 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
@@ -251,10 +251,9 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         picked = [cands[i] for i in sol.chosen]
         if all(c.exact for c in picked):
             break
-        solves += 1
-        if solves < LAZY_SOLVES:
+        if sum(c.exact for c in space.candidates) <= LAZY_SHARE * len(space.candidates):
             refine(space, picked)
-        else:  # bounds too loose to converge (a GPU's at published sizes: the whole chip): the eager space
+        else:  # bounds too loose to converge: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, ctx=space.ctx)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]

@@ -56,24 +56,30 @@ def recomputable(cascade: Cascade) -> dict[str, tuple[str, ...]]:
 
 def variants(space: Space) -> list[Candidate]:
     """The recompute and unwritten variants of the space's candidates (module docstring), each lowered and
-    priced like any candidate (a variant whose schedule does not fit is left out)."""
+    priced like any candidate (a variant whose schedule does not fit is left out). A recompute variant that
+    holds another target's owner also comes unwritten: when every outside consumer re-runs that target too,
+    the cover must be able to drop its write in the group that re-runs the first."""
     cascade, ctx = space.cascade, space.ctx
     targets = recomputable(cascade)
     out: list[Candidate] = []
     for c in space.candidates:
         members = set(c.einsums)
+        owned = [t for t in targets if t in members and set(cascade.consumers(t)) - members]
+        for t in owned:  # owner: the variant without T's write
+            got = _priced(ctx, c.group, ctx.stored_alone(c.einsums) - {t})
+            if got is not None:
+                out.append(replace(got, unwritten=(t,)))
         for t in targets:
-            consumers = set(cascade.consumers(t))
-            if t in members and consumers - members:  # owner: the variant without T's write
-                stored = ctx.stored_alone(c.einsums) - {t}
-                got = _priced(ctx, c.group, stored)
+            if t in members or not set(cascade.consumers(t)) & members:
+                continue
+            g = FusionGroup(c.einsums, c.group.loop_order, dict(c.group.tiles), recompute=(t,))
+            got = _priced(ctx, g, None)
+            if got is not None:
+                out.append(got)
+            for u in owned:
+                got = _priced(ctx, g, ctx.stored_alone(c.einsums) - {u})
                 if got is not None:
-                    out.append(replace(got, unwritten=(t,)))
-            elif t not in members and consumers & members:
-                g = FusionGroup(c.einsums, c.group.loop_order, dict(c.group.tiles), recompute=(t,))
-                got = _priced(ctx, g, None)
-                if got is not None:
-                    out.append(got)
+                    out.append(replace(got, unwritten=(u,)))
     return out
 
 

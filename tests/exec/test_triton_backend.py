@@ -148,13 +148,6 @@ def test_kernels_are_cached_files_and_outputs_are_numpy() -> None:
         assert isinstance(res.outputs[name], np.ndarray) and res.outputs[name].shape == c.shape(name)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", SHIPPED)
-def test_default_shapes_match_reference(name: str) -> None:
-    c = open_cascade(name)
-    _check(c, optimal_mapping(c, "h200").mapping)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", SHIPPED)

@@ -38,10 +38,7 @@ def test_recomputable_tensors() -> None:
 @pytest.mark.parametrize("name", ["mamba1-decode", "mamba2-decode", "mamba1"])
 @pytest.mark.parametrize("arch", ["imax3", "h200"])
 @pytest.mark.parametrize("max_size", [1, 2])
-def test_recompute_ilp_equals_exhaustive(name: str, arch: str, max_size: int, request) -> None:
-    if (name, arch, max_size) == ("mamba1", "h200", 2):  # open: docs/NOTES.md "Known bugs"
-        request.applymarker(pytest.mark.xfail(strict=True, reason="a recompute cover priced below its evaluation: "
-                                              "the ILP's tie-break finds less traffic than the exhaustive search"))
+def test_recompute_ilp_equals_exhaustive(name: str, arch: str, max_size: int) -> None:
     c = small_cascade(name, chunk=4)
     for objective in ("latency", "traffic"):
         ilp = optimal_mapping(c, arch, objective, recompute=True, max_size=max_size)
