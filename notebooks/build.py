@@ -43,7 +43,7 @@ dict(zip(df[df.arch == "mambalaya"]["seqlen"], ratio.round(2)))""",
         "very differently; compare the optimal mappings and their rooflines.",
         SETUP + "\nfrom mambalaya.mapper import optimal_mapping\nfrom mambalaya.cost import evaluate\n"
         "from mambalaya.report.plots import roofline_figure",
-        """cascade = mambalaya.open_cascade("mamba2", model="mamba2-130m", params={"seqlen": 1024})
+        """cascade = mambalaya.open_cascade("mamba2", model="mamba2-130m", params={"seqlen": 256})
 results = {a: optimal_mapping(cascade, a) for a in ("imax3", "h200")}
 {a: {"groups": len(r.groups), "latency_s": r.report.latency_s, "traffic_MB": r.report.traffic_bytes / 1e6,
      "speedup_vs_unfused": evaluate(cascade, a).latency_s / r.report.latency_s} for a, r in results.items()}""",
@@ -58,7 +58,7 @@ results["imax3"].report.groups_dataframe()[["einsums", "latency_s", "bound"]]"""
         "`feasible == False`, not errors.",
         SETUP,
         """sizes = ["1 B", "64 KiB", "2 MiB", "32 MiB"]
-df = explore("mamba2", "mambalaya", sweep={"model": ["mamba2-130m"], "seqlen": [1024]},
+df = explore("mamba2", "mambalaya", sweep={"model": ["mamba2-130m"], "seqlen": [256]},
              arch_overrides={"fusion_buffer_bytes": sizes}, progress=False)
 df[["fusion_buffer_bytes", "feasible", "groups", "traffic_bytes", "speedup", "reason"]]""",
         """ok = df[df.feasible]

@@ -150,7 +150,7 @@ def test_float32_and_a_second_run_hits_the_kernel_cache() -> None:
     np.testing.assert_array_equal(first.outputs["B"], again.outputs["B"])
 
 
-@pytest.mark.parametrize("backend", ["python", "numba"])
+@pytest.mark.parametrize("backend", ["python", pytest.param("numba", marks=pytest.mark.slow)])
 def test_a_tail_read_of_a_chunked_rank_runs_after_the_chunk_loop(backend: str) -> None:
     """Mamba-2's final conv state ``CSF[k] = X[seqlen-4+k]`` in a group tiled by chunks ``c`` (``l`` follows as
     their parent): CSF reads the last rows, computed by the last chunk, so it runs after the loop (it ran in

@@ -108,7 +108,7 @@ def test_float64_is_exact() -> None:
     assert r["max_rel_err"] < 1e-9
 
 
-@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("precision", ["tf32", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_reduced_precision_matmuls(precision: str) -> None:
     c = open_cascade("mlp2")
     r = _check(c, unfused_baseline(c, "h200"), precision=precision)
