@@ -51,9 +51,6 @@ R = TypeVar("R")
 
 #: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
 DEFAULT_MAX_SIZE = 24
-#: A lazy space whose solves have tile-searched more than this share of its candidates is searched eagerly
-#: (its bounds are too loose: one pass over the rest costs less than the solves still to come).
-LAZY_SHARE = 0.5
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
 
@@ -220,8 +217,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     crossing a layer boundary up to ``max_cross`` Einsums). ``recompute`` also searches recomputing
     cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
-    searched ones (:func:`~.space.build_space`; the same optimum); once the solves have searched
-    :data:`LAZY_SHARE` of the candidates, the space is built eagerly instead (bounds too loose to converge).
+    searched ones (:func:`~.space.build_space`; the same optimum); once the solves and searches have taken
+    as long as searching the rest would (at the searches' mean time), the space is built eagerly instead.
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -242,6 +239,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
+    lazy_start, search_s, searched = time.perf_counter(), 0.0, 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
@@ -251,9 +249,14 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         picked = [cands[i] for i in sol.chosen]
         if all(c.exact for c in picked):
             break
-        if sum(c.exact for c in space.candidates) <= LAZY_SHARE * len(space.candidates):
+        exact = sum(c.exact for c in space.candidates)
+        rest_s = (len(space.candidates) - exact) * search_s / searched if searched else math.inf
+        if time.perf_counter() - lazy_start < rest_s:  # (ski rental: never more than twice the eager space's time)
+            t = time.perf_counter()
             refine(space, picked)
-        else:  # bounds too loose to converge: the eager space
+            search_s += time.perf_counter() - t
+            searched += sum(c.exact for c in space.candidates) - exact
+        else:  # the solves have cost what searching the rest would: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, ctx=space.ctx)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
