@@ -304,12 +304,12 @@ def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "l
         return Untileable(einsums, "; ".join(an.problems(einsums)))
     try:
         s = _Search(ctx, tuple(einsums), objective, stored)
+        least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
+        if least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused:  # (an occupancy: cheap)
+            return Untileable(einsums, f"needs {s.least} bytes on chip", s.least)
         lb = s.bound()
         if lb is None:
             return None
-        least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
-        if least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused:
-            return Untileable(einsums, f"needs {s.least} bytes on chip", s.least)
     except MambalayaError as err:
         return Untileable(einsums, str(err))
     return Bound(tuple(einsums), s.order, lb)

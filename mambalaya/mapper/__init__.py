@@ -44,7 +44,7 @@ from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space, refine
+from mambalaya.mapper.space import OBJECTIVES, REFINE_BATCH, Candidate, Space, build_space, refine
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -239,7 +239,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    lazy_start, search_s, searched = time.perf_counter(), 0.0, 0
+    lazy_start, search_s, searched, solves = time.perf_counter(), 0.0, 0, 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
@@ -249,13 +249,16 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         picked = [cands[i] for i in sol.chosen]
         if all(c.exact for c in picked):
             break
-        exact = sum(c.exact for c in space.candidates)
-        rest_s = (len(space.candidates) - exact) * search_s / searched if searched else math.inf
+        inexact = sum(not c.exact for c in space.candidates)
+        rest_s = inexact * search_s / searched if searched else math.inf
+        solves += 1
         if time.perf_counter() - lazy_start < rest_s:  # (ski rental: never more than twice the eager space's time)
             t = time.perf_counter()
-            refine(space, picked)
+            # search about as long as a solve takes (a large space's solves cost more than small batches' searches)
+            per_solve_s = (t - lazy_start - search_s) / solves
+            refine(space, picked, max(REFINE_BATCH, round(per_solve_s * searched / search_s)) if search_s else REFINE_BATCH)
             search_s += time.perf_counter() - t
-            searched += sum(c.exact for c in space.candidates) - exact
+            searched += inexact - sum(not c.exact for c in space.candidates)  # searched: costed or dropped
         else:  # the solves have cost what searching the rest would: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, ctx=space.ctx)
     solve_s = time.perf_counter() - start

@@ -180,16 +180,42 @@ def lexicographic(problem: Problem, once: Backend, time_limit_s: float | None, m
     sub = Problem(problem.einsums, problem.edges, tuple(problem.groups[i] for i in keep),
                   tuple(problem.secondary[i] for i in keep),
                   budget=None if vacuous else (tuple(rc[i] for i in keep), gap), conflicts=rows)
-    remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
-    try:
-        second = once(sub, remaining)
-    except MappingError:
+    second = _second_solve(sub, once, start, time_limit_s, time.perf_counter() - start)
+    if second is None:
         return replace(first, optimal=False)
     chosen = tuple(keep[i] for i in second.chosen)
     if sum(problem.costs[i] for i in chosen) != first.objective:
         return replace(first, optimal=False)
     return Solution(chosen, first.objective, first.optimal and second.optimal, first.bound, method,
                     first.cuts + second.cuts, first.nodes + second.nodes, second.objective)
+
+
+#: the second solve's own limit, in multiples of the first's time (at least SECOND_SOLVE_MIN_S): SCIP can
+#: stall on the budget row (a knapsack with coefficients up to 2^24 over a few hundred columns) that CP-SAT,
+#: searching on integers, settles in under a second
+SECOND_SOLVE_FACTOR, SECOND_SOLVE_MIN_S = 20.0, 2.0
+
+
+def _second_solve(sub: Problem, once: Backend, start: float, time_limit_s: float | None,
+                  first_s: float) -> Solution | None:
+    """The least-secondary cover within the budget: ``once`` under its own limit, then CP-SAT with what is left."""
+    def left() -> float | None:
+        return None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
+
+    cap = max(SECOND_SOLVE_MIN_S, SECOND_SOLVE_FACTOR * first_s)
+    own = left()
+    found = None
+    try:
+        found = once(sub, cap if own is None else min(cap, own))
+    except MappingError:
+        pass
+    if once is _cpsat_once or (found is not None and found.optimal):
+        return found
+    try:
+        other = _cpsat_once(sub, left())
+    except MappingError:
+        return found
+    return other if other.optimal or found is None else found
 
 
 @register_solver("cpsat")

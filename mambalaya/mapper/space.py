@@ -361,15 +361,15 @@ def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
 REFINE_BATCH = 16
 
 
-def refine(space: Space, picked: list[Candidate]) -> None:
+def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> None:
     """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
-    with them the :data:`REFINE_BATCH` inexact ones of least bound per Einsum (the next a solve would pick)."""
+    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick)."""
     todo = {c.einsums for c in picked if not c.exact}
     if not todo:
         return
     rest = sorted((c for c in space.candidates if not c.exact and c.einsums not in todo),
                   key=lambda c: c.cost(space.objective) / len(c.einsums))
-    todo |= {c.einsums for c in rest[:REFINE_BATCH]}
+    todo |= {c.einsums for c in rest[:batch]}
     coster: Coster = space.coster  # type: ignore[assignment]
     kept = []
     for c in space.candidates:
