@@ -7,6 +7,8 @@ never sees a traceback for a mistake of their own.
 
 from __future__ import annotations
 
+import difflib
+
 
 class MambalayaError(Exception):
     """A user-facing error: what is wrong, where, and what to do."""
@@ -48,3 +50,9 @@ class MappingError(MambalayaError):
 
 class WeightsError(MambalayaError):
     """A checkpoint or config that does not fit the cascade."""
+
+
+def did_you_mean(word: str, options: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options`` to a mistyped ``word``, or nothing."""
+    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,4 +1,4 @@
-"""File helpers every stage shares: atomic writes and shipped-file lookup."""
+"""File helpers every stage shares: reading text and YAML safely, atomic writes, shipped-file lookup."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from mambalaya.errors import MambalayaError
+import yaml
+
+from mambalaya.errors import MambalayaError, did_you_mean
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -33,8 +35,73 @@ def resolve_shipped(name_or_path: str | Path, kind: str) -> Path:
     shipped = shipped_dir(kind) / f"{name_or_path}.yaml"
     if shipped.exists():
         return shipped
-    names = ", ".join(shipped_names(kind))
-    raise MambalayaError(f"unknown {kind[:-1]} '{name_or_path}': give a file path or one of: {names}")
+    names = shipped_names(kind)
+    raise MambalayaError(f"unknown {kind[:-1]} '{name_or_path}'{did_you_mean(str(name_or_path), names)}: "
+                         f"give a file path or one of: {', '.join(names)}")
+
+
+#: the most values a YAML file may expand to, its aliases expanded (a cascade or a spec has a few hundred;
+#: nine aliases of nine aliases nested nine deep, the "billion laughs", would have 10^9)
+MAX_YAML_VALUES = 100_000
+
+
+def read_text(path: str | Path, error: type[MambalayaError], what: str) -> str:
+    """A file's UTF-8 text, or ``error`` naming the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+                    f"save it as UTF-8 text", file=str(path)) from None
+    except OSError as err:
+        raise error(f"cannot read {what}: {err.strerror or err}", file=str(path)) from None
+
+
+def compose_yaml(text: str, file: str | None, error: type[MambalayaError]) -> yaml.Node | None:
+    """The YAML node tree of ``text`` (safe loader: no tags that run code), or ``error`` with the line: a syntax
+    error, nesting too deep to read, or more than :data:`MAX_YAML_VALUES` values once aliases are expanded (the
+    loaders walk the tree as expanded, so an alias bomb would hang them)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        problem = " ".join(str(p) for p in (err.context, err.problem) if p) or str(err).splitlines()[0]
+        raise error(f"YAML syntax error: {problem}; fix the YAML at this line", file=file,
+                    line=mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as err:
+        raise error(f"YAML syntax error: {str(err).splitlines()[0]}", file=file) from None
+    except RecursionError:
+        raise error("YAML nested too deeply to read; flatten it", file=file) from None
+    if root is not None and expanded_size(root) > MAX_YAML_VALUES:
+        raise error(f"this YAML expands to more than {MAX_YAML_VALUES} values (aliases of aliases?); "
+                    f"write the values out", file=file, line=root.start_mark.line + 1)
+    return root
+
+
+def expanded_size(root: yaml.Node) -> int:
+    """How many nodes ``root`` has with every alias expanded: linear in the composed nodes (each shared node's
+    size is computed once), however far the aliases would expand."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids = _children(node)
+        if done:
+            sizes[id(node)] = min(1 + sum(sizes[id(k)] for k in kids), MAX_YAML_VALUES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _umask() -> int:

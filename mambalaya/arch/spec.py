@@ -9,7 +9,6 @@ mapper and the cost model never see a unit string. See the package docstring of
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Any
 import yaml
 
 from mambalaya.arch.units import parse_quantity
-from mambalaya.errors import ArchError
-from mambalaya.fileio import shipped_dir, shipped_names
+from mambalaya.errors import ArchError, did_you_mean
+from mambalaya.fileio import compose_yaml, read_text, shipped_dir, shipped_names
 
 __all__ = [
     "ARCH_KINDS",
@@ -171,7 +170,7 @@ class Arch:
                 return op
         known = [op.kind for op in self.ops] + list(OP_ALIASES)
         raise ArchError(
-            f"arch {self.name!r} has no price for operation kind {op_kind!r}{_did_you_mean(op_kind, known)}"
+            f"arch {self.name!r} has no price for operation kind {op_kind!r}{did_you_mean(op_kind, known)}"
             f"; known kinds: {', '.join(op.kind for op in self.ops)}",
             file=self.source,
         )
@@ -183,7 +182,7 @@ class Arch:
                 return u
         raise ArchError(
             f"arch {self.name!r} has no compute unit {name!r}"
-            f"{_did_you_mean(name, [u.name for u in self.units])}",
+            f"{did_you_mean(name, [u.name for u in self.units])}",
             file=self.source,
         )
 
@@ -242,7 +241,7 @@ class Arch:
                 return b
         raise ArchError(
             f"arch {self.name!r} has no buffer level {name!r}"
-            f"{_did_you_mean(name, [b.name for b in self.buffers])}",
+            f"{did_you_mean(name, [b.name for b in self.buffers])}",
             file=self.source,
         )
 
@@ -283,7 +282,7 @@ class Arch:
         for key, raw in changes.items():
             if key not in OVERRIDABLE:
                 raise ArchError(
-                    f"cannot override {key!r} of arch {self.name!r}{_did_you_mean(key, list(OVERRIDABLE))}"
+                    f"cannot override {key!r} of arch {self.name!r}{did_you_mean(key, list(OVERRIDABLE))}"
                     f"; overridable: {', '.join(OVERRIDABLE)}",
                     file=self.source,
                 )
@@ -422,11 +421,6 @@ def _check_override(key: str, raw: Any) -> Any:
     return float(value)
 
 
-def _did_you_mean(word: str, options: list[str]) -> str:
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 # ----------------------------------------------------------------------------- loading
 
 
@@ -442,31 +436,16 @@ def load_arch(name_or_path: str | Path) -> Arch:
         if not candidate.is_file():
             names = shipped_archs()
             raise ArchError(
-                f"unknown architecture {text_name!r}{_did_you_mean(text_name, names)}; "
+                f"unknown architecture {text_name!r}{did_you_mean(text_name, names)}; "
                 f"shipped: {', '.join(names) or 'none'}, or give a path to a .yaml spec"
             )
         path = candidate
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ArchError(f"cannot read architecture spec: {exc.strerror or exc}", file=str(path)) from None
-    return parse_arch(text, file=str(path))
+    return parse_arch(read_text(path, ArchError, "architecture spec"), file=str(path))
 
 
 def parse_arch(text: str, file: str = "<string>") -> Arch:
     """Parse and validate the YAML text of a spec (``file`` is used in error messages)."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        raise ArchError(
-            f"YAML syntax error: {problem}; fix the YAML at this line",
-            file=file,
-            line=mark.line + 1 if mark else None,
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ArchError(f"YAML error: {exc}", file=file) from None
+    root = compose_yaml(text, file, ArchError)
     if root is None:
         raise ArchError(
             "the spec is empty; it must be a mapping with name, kind, clock, units, ops, buffers, "
@@ -530,7 +509,7 @@ class _Reader:
                 raise self.error(f"{where}: key {key!r} appears twice; keep one", key_node)
             if allowed and key not in allowed:
                 raise self.error(
-                    f"{where}: unknown key {key!r}{_did_you_mean(key, list(allowed))}; "
+                    f"{where}: unknown key {key!r}{did_you_mean(key, list(allowed))}; "
                     f"allowed keys: {', '.join(allowed)}",
                     key_node,
                 )
@@ -617,7 +596,7 @@ class _Reader:
         kind = self.string(kind_node, "kind")
         if kind not in ARCH_KINDS:
             raise self.error(
-                f"kind {kind!r} is not one of {', '.join(ARCH_KINDS)}{_did_you_mean(kind, list(ARCH_KINDS))}",
+                f"kind {kind!r} is not one of {', '.join(ARCH_KINDS)}{did_you_mean(kind, list(ARCH_KINDS))}",
                 kind_node,
             )
         opt = {k: v for k, (_, v) in top.items()}
@@ -696,7 +675,7 @@ class _Reader:
         value = self.string(node, where)
         if value not in PRECISIONS and value != ANY:
             raise self.error(
-                f"{where}: unknown precision {value!r}{_did_you_mean(value, list(PRECISIONS))}; "
+                f"{where}: unknown precision {value!r}{did_you_mean(value, list(PRECISIONS))}; "
                 f"use one of {', '.join(PRECISIONS)}",
                 node,
             )
@@ -717,7 +696,7 @@ class _Reader:
                     if prec not in PRECISIONS and prec != ANY:
                         raise self.error(
                             f"{where}.peak: unknown precision {prec!r}"
-                            f"{_did_you_mean(prec, list(PRECISIONS))}; use one of "
+                            f"{did_you_mean(prec, list(PRECISIONS))}; use one of "
                             f"{', '.join(PRECISIONS)} or {ANY}",
                             key_node,
                         )
@@ -802,7 +781,7 @@ class _Reader:
         name = self.string(node, where)
         if name not in unit_names:
             raise self.error(
-                f"{where}: no compute unit {name!r}{_did_you_mean(name, sorted(unit_names))}; "
+                f"{where}: no compute unit {name!r}{did_you_mean(name, sorted(unit_names))}; "
                 f"units defined: {', '.join(sorted(unit_names))}",
                 node,
             )

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from mambalaya.errors import MappingError
-from mambalaya.fileio import write_atomic
+from mambalaya.fileio import compose_yaml, read_text, write_atomic
 from mambalaya.ir.cascade import Cascade
 
 
@@ -154,10 +154,9 @@ def mapping_from_dict(data: Any, file: str | None = None) -> Mapping:
 def load_mapping(path: str | Path) -> Mapping:
     """Read a YAML or JSON mapping file (safe loader)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise MappingError(f"cannot read mapping: {err.strerror}", file=str(path)) from None
+    text = read_text(path, MappingError, "mapping")
+    if path.suffix != ".json":
+        compose_yaml(text, str(path), MappingError)  # (its syntax and its size with aliases expanded)
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:

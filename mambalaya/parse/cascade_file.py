@@ -10,7 +10,6 @@ overwrites) are errors. The core keys are fixed by DESIGN.md section 1:
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ import networkx as nx
 import sympy
 import yaml
 
-from mambalaya.errors import CascadeError
+from mambalaya.errors import CascadeError, did_you_mean
+from mambalaya.fileio import compose_yaml, read_text
 from mambalaya.ir.cascade import DTYPE_BYTES, ROLES, Cascade, Einsum, Recurrence, TensorSpec, is_plain_rank
 from mambalaya.ir.expr import Access, Reduce, accesses, free_ranks, param_symbol, walk
 from mambalaya.ir.sizes import substitute
@@ -29,6 +29,7 @@ from mambalaya.parse.sizes import parse_size
 TOP_KEYS = ("name", "description", "params", "derived", "ranks", "tensors", "einsums", "config")
 TENSOR_KEYS = ("role", "dtype", "shape", "source", "init", "description")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")  # what a person writes for a number
 
 
 # ---- YAML with line numbers ---------------------------------------------
@@ -78,23 +79,13 @@ def _child(node: yaml.Node, key: str) -> yaml.Node | None:
 # ---- entry points -------------------------------------------------------
 def load_cascade(path: str | Path, **overrides: int | float) -> Cascade:
     """Read and validate a cascade file; ``overrides`` replace params."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise CascadeError(f"cannot read cascade file: {err.strerror}", file=str(path)) from None
+    text = read_text(path, CascadeError, "cascade file")
     return parse_cascade_text(text, file=str(path), **overrides)
 
 
 def parse_cascade_text(text: str, file: str | None = None, **overrides: int | float) -> Cascade:
     """Validate a cascade given as YAML text."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise CascadeError(f"YAML syntax error: {problem}", file=file, line=line) from None
+    root = compose_yaml(text, file, CascadeError)
     if root is None or not isinstance(root, yaml.MappingNode):
         raise CascadeError("a cascade file is a YAML mapping with keys name, params, ranks, einsums", file=file,
                            line=_line(root) if root is not None else 1)
@@ -127,8 +118,7 @@ class _Builder:
     def build(self, overrides: dict[str, int | float]) -> Cascade:
         for key in self.data:
             if key not in TOP_KEYS:
-                hint = difflib.get_close_matches(str(key), TOP_KEYS, n=1)
-                did = f" (did you mean '{hint[0]}'?)" if hint else f" (known keys: {', '.join(TOP_KEYS)})"
+                did = did_you_mean(key, TOP_KEYS) or f" (known keys: {', '.join(TOP_KEYS)})"
                 raise self.error(f"unknown key '{key}'{did}", self.top_line(str(key)))
         for key in ("name", "einsums"):
             if key not in self.data:
@@ -173,6 +163,8 @@ class _Builder:
         for k, v in raw.items():
             if not isinstance(k, str) or not _IDENT.match(k):
                 raise self.error(f"param name {k!r} is not an identifier", lines.get(str(k)))
+            if isinstance(v, str) and _NUMBER.match(v.strip()):
+                v = float(v)  # 1e-5: YAML 1.1 reads a float without a dot as text
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise self.error(f"param '{k}' must be a number, got {v!r}", lines.get(k))
             out[k] = v
@@ -365,8 +357,7 @@ class _Builder:
                 raise self.error(f"tensor {n}: expected a mapping of {', '.join(TENSOR_KEYS)}", line)
             for key in m:
                 if key not in TENSOR_KEYS:
-                    hint = difflib.get_close_matches(str(key), TENSOR_KEYS, n=1)
-                    did = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(TENSOR_KEYS)})"
+                    did = did_you_mean(key, TENSOR_KEYS) or f" (known: {', '.join(TENSOR_KEYS)})"
                     raise self.error(f"tensor {n}: unknown key '{key}'{did}", line)
             if n not in names:
                 raise self.error(f"tensor {n} is declared but no Einsum reads or writes it", line)
@@ -375,6 +366,9 @@ class _Builder:
         for n in names:
             m = meta.get(n, {})
             line = self._tensor_line(n) if n in meta else None
+            if "role" in m and m["role"] not in ROLES:
+                raise self.error(f"tensor {n}: unknown role {m['role']!r}{did_you_mean(m['role'], ROLES)}; the roles: "
+                                 f"{', '.join(ROLES)}", line)
             if n in writers:
                 role = "output" if n not in readers else "intermediate"
                 declared = m.get("role")

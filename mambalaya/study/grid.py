@@ -7,14 +7,13 @@ milliseconds and not a half-finished sweep.
 
 from __future__ import annotations
 
-import difflib
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.arch import OVERRIDABLE, Arch, load_arch
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, did_you_mean
 from mambalaya.ir.cascade import Cascade
 from mambalaya.parse import open_cascade
 from mambalaya.parse.models import model_params
@@ -31,11 +30,6 @@ class Point:
     cascade: Cascade
     arch: Arch
     labels: dict[str, Any]
-
-
-def _did_you_mean(key: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _values(key: str, raw: Any) -> list[Any]:
@@ -56,7 +50,7 @@ def _cascades(base: Cascade, sweep: Mapping[str, Any]) -> list[tuple[dict[str, A
     for key in sweep:
         if key != MODEL_KEY and key not in base.params:
             raise MambalayaError(
-                f"unknown sweep param '{key}' for cascade {base.name}{_did_you_mean(key, [*base.params, MODEL_KEY])}"
+                f"unknown sweep param '{key}' for cascade {base.name}{did_you_mean(key, [*base.params, MODEL_KEY])}"
                 f"; known: {', '.join([MODEL_KEY, *base.params])}"
             )
     axes = {k: _values(k, v) for k, v in sweep.items()}
@@ -79,7 +73,7 @@ def _archs(archs: Sequence[Arch | str], arch_overrides: Mapping[str, Any]) -> li
     for key in arch_overrides:
         if key not in OVERRIDABLE:
             raise MambalayaError(
-                f"unknown arch override '{key}'{_did_you_mean(key, OVERRIDABLE)}; overridable: {', '.join(OVERRIDABLE)}"
+                f"unknown arch override '{key}'{did_you_mean(key, list(OVERRIDABLE))}; overridable: {', '.join(OVERRIDABLE)}"
             )
     axes = {k: _values(k, v) for k, v in arch_overrides.items()}
     out = []

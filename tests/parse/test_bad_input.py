@@ -58,9 +58,16 @@ CASES = [
     ("init-not-recurrence", GOOD_HEAD + "tensors:\n  Y: {init: Y0}\neinsums:\n  - Y[m] = A[m] * 2\n", 5,
      "not a recurrence"),
     ("output-index-expression", GOOD_HEAD + "einsums:\n  - Y[m+1] = A[m]\n", 5, "plain rank variables"),
+    ("mistyped-role", GOOD_HEAD + "tensors:\n  A: {role: wieght}\neinsums:\n  - Y[m] = A[m] * 2\n", 5,
+     "unknown role 'wieght' (did you mean 'weight'?)"),
+    ("alias-bomb", "name: bad\n" + "".join(  # nine aliases of nine, nine deep: 9^9 values once expanded
+        f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}" if i else "x"] * 9) + "]\n"
+        for i in range(9)) + "params: {M: 8}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 1,
+     "expands to more than 100000 values"),
 ]
 
 
+@pytest.mark.timeout(60)  # (an alias bomb hung the parser: expanded, it has 387 million values)
 @pytest.mark.parametrize("case_id,text,line,words", CASES, ids=[c[0] for c in CASES])
 def test_bad_cascade_is_one_clear_line(tmp_path, capsys, case_id, text, line, words):
     path = tmp_path / f"{case_id}.yaml"
@@ -108,3 +115,38 @@ def test_sizes_never_evaluate_code(tmp_path, capsys):
     path.write_text(text)
     assert main(["analyze", str(path)]) == 2
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("command", [["analyze", "{path}"], ["map", "mlp2", "--arch", "{path}"],
+                                     ["verify", "mlp2", "--arch", "imax3", "--mapping", "{path}"]])
+def test_a_file_that_is_not_utf8_text_is_one_line(tmp_path, capsys, command):
+    """A cascade, an arch spec or a mapping in another encoding (or binary): exit 2, the byte named."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: café\n".encode("latin-1"))
+    assert main([a.format(path=path) for a in command]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}:" in err and "not UTF-8 text (byte 0xe9" in err, err
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_in_an_arch_spec_is_refused(tmp_path, capsys):
+    path = tmp_path / "bomb.yaml"
+    path.write_text("".join(f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}" if i else "1"] * 9)
+                            + "]\n" for i in range(9)) + "name: x\n")
+    assert main(["map", "mlp2", "--arch", str(path)]) == 2
+    assert "expands to more than" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("written", ["1e-5", "-2.5E+3", "3e2", ".5"])
+def test_a_number_yaml_reads_as_text_is_a_number(written):
+    """YAML 1.1 reads ``1e-5`` (no dot) as a string: a param written so is the number a person means."""
+    from mambalaya.parse import parse_cascade_text
+
+    c = parse_cascade_text(f"name: n\nparams: {{M: 8, eps: {written}}}\nranks: {{m: M}}\neinsums:\n  - Y[m] = A[m]\n")
+    assert c.params["eps"] == float(written)
+
+
+def test_a_mistyped_cascade_name_offers_the_closest(capsys):
+    assert main(["analyze", "mamba3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown cascade 'mamba3' (did you mean 'mamba2'?)" in err and "mlp2" in err
