@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from numbers import Real
 from typing import Any
 
 import networkx as nx
@@ -169,6 +170,12 @@ class Cascade:
                 f"(its params: {', '.join(sorted(self.params))})",
                 file=self.file,
             )
+        for k, v in overrides.items():  # name the size the user set, not a derived one it breaks
+            was = self.params[k]
+            whole = isinstance(v, Real) and not isinstance(v, bool) and v > 0 and float(v).is_integer()
+            if isinstance(was, int) and was > 0 and not whole:
+                raise CascadeError(f"param {k}={v!r}: {k} is a size (it was {was}); give a positive whole number",
+                                   file=self.file)
         bound = replace(self, params={**self.params, **overrides})
         bound.check_sizes()
         return bound

@@ -150,3 +150,11 @@ def test_a_mistyped_cascade_name_offers_the_closest(capsys):
     assert main(["analyze", "mamba3"]) == 2
     err = capsys.readouterr().err
     assert "unknown cascade 'mamba3' (did you mean 'mamba2'?)" in err and "mlp2" in err
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "2.5"])
+def test_a_bad_size_override_names_the_param_set(capsys, value):
+    """``--set seqlen=-5`` is about seqlen, not the chunk count derived from it."""
+    assert main(["analyze", "mamba2", "--set", f"seqlen={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"param seqlen={value}" in err and "positive whole number" in err and "derived" not in err, err
