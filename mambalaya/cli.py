@@ -143,8 +143,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     cascade = _open(args)
     options = {"matmul_precision": args.matmul_precision} if args.backend == "triton" else {}
+    limit = None if args.max_memory is None else int(args.max_memory * 2**30)
     result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
-                            dtype=args.dtype, seed=args.seed, optimal=not args.unfused, **options)
+                            dtype=args.dtype, seed=args.seed, optimal=not args.unfused, max_memory_bytes=limit,
+                            **options)
     if args.json:
         _emit_json(result)
     else:
@@ -269,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tl.dot operand precision of the triton backend (its tolerance follows)")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-memory", type=float, metavar="GIB",
+                   help="refuse a run that would allocate more than this (default: 80%% of this machine's memory)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_verify)
 

@@ -10,6 +10,7 @@ Python loop. The one concession to size is that a summed product goes through
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -277,6 +278,35 @@ def run_reference(
     if keep == "outputs":
         return {n: env[n] for n in cascade.outputs()}
     return env
+
+
+def execution_bytes(cascade: Cascade, dtype: str | np.dtype = "float64") -> int:
+    """What running ``cascade`` against its reference allocates at most, about: every tensor in float64 (the
+    reference keeps them all) and in ``dtype`` (the backend's), and two float64 temporaries of the largest
+    tensor (an element-wise term's operands; products go through ``np.einsum``, never the whole iteration
+    space). Checked before anything is allocated."""
+    sizes = [cascade.size(n) for n in cascade.tensors]
+    return sum(sizes) * (8 + np.dtype(dtype).itemsize) + 2 * 8 * max(sizes, default=0)
+
+
+def check_memory(cascade: Cascade, dtype: str | np.dtype, limit_bytes: int | None = None) -> None:
+    """Refuse, with the figure, a run that would allocate more than ``limit_bytes`` (default: 80% of this
+    machine's memory): a rank of 10^12 is a MemoryError of terabytes otherwise."""
+    need = execution_bytes(cascade, dtype)
+    limit = limit_bytes if limit_bytes is not None else int(0.8 * physical_memory_bytes())
+    if need > limit:
+        largest = sorted(cascade.rank_sizes.items(), key=lambda rn: -rn[1])[:3]
+        raise MambalayaError(f"running {cascade.name} at these sizes needs about {need / 2**30:.3g} GiB "
+                             f"(largest ranks: {', '.join(f'{r}={n}' for r, n in largest)}); "
+                             f"the limit is {limit / 2**30:.3g} GiB: use smaller sizes (--set) or raise it "
+                             f"(--max-memory GIB)")
+
+
+def physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return 16 * 2**30
 
 
 def random_inputs(cascade: Cascade, seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.heuristics import unfused_baseline
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.exec.backend import RunResult, get_backend
-from mambalaya.exec.reference import random_inputs, run_reference
+from mambalaya.exec.reference import check_memory, random_inputs, run_reference
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import Mapping, load_mapping
 
@@ -98,13 +98,16 @@ def verify_mapping(
     seed: int = 0,
     optimal: bool | None = None,
     progress: bool | None = None,
+    max_memory_bytes: int | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """The ``verify --json`` object: ``ok``, errors, predicted and counted traffic (total and per tensor).
 
     With ``arch`` and neither a mapping nor a file, the arch's optimal mapping runs (``optimal=False``: its
     unfused baseline); with neither, the unfused baseline on :data:`DEFAULT_ARCH`. ``options`` go to the
-    backend (Triton: ``matmul_precision``)."""
+    backend (Triton: ``matmul_precision``). A run that would allocate more than ``max_memory_bytes``
+    (:func:`~mambalaya.exec.reference.check_memory`) is refused before anything is mapped or allocated."""
+    check_memory(cascade, dtype, max_memory_bytes)
     steps = Progress(progress)
     arch_obj = load_arch(arch) if isinstance(arch, str) else arch
     if mapping is not None:
