@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -73,26 +74,45 @@ def compose_yaml(text: str, file: str | None, error: type[MambalayaError]) -> ya
     except RecursionError:
         raise error("YAML nested too deeply to read; flatten it", file=file) from None
     if root is not None and expanded_size(root) > MAX_YAML_VALUES:
-        raise error(f"this YAML expands to more than {MAX_YAML_VALUES} values (aliases of aliases?); "
+        raise error(f"this YAML expands to more than {MAX_YAML_VALUES} values (aliases of aliases, or "
+                    f"an alias inside its own anchor?); "
                     f"write the values out", file=file, line=root.start_mark.line + 1)
     return root
 
 
+def load_yaml(text: str, file: str | None, error: type[MambalayaError]) -> Any:
+    """``text``'s YAML as Python values (safe loader), composed and checked once by :func:`compose_yaml`."""
+    root = compose_yaml(text, file, error)
+    if root is None:
+        return None
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(root)
+    except yaml.YAMLError as err:  # e.g. a !!python tag: the safe loader refuses it
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise error(f"cannot read this YAML: {problem}", file=file) from None
+    finally:
+        loader.dispose()
+
+
 def expanded_size(root: yaml.Node) -> int:
-    """How many nodes ``root`` has with every alias expanded: linear in the composed nodes (each shared node's
-    size is computed once), however far the aliases would expand."""
+    """How many nodes ``root`` has with every alias expanded (capped at ``MAX_YAML_VALUES + 1``; a node holding
+    an alias of itself expands without end): linear in the composed nodes, each shared node sized once."""
+    too_many = MAX_YAML_VALUES + 1
     sizes: dict[int, int] = {}
+    open_: set[int] = set()  # on the walk's current path: meeting one again is a cycle
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
-        if id(node) in sizes:
-            continue
-        kids = _children(node)
         if done:
-            sizes[id(node)] = min(1 + sum(sizes[id(k)] for k in kids), MAX_YAML_VALUES + 1)
-        else:
+            open_.discard(id(node))
+            sizes[id(node)] = min(1 + sum(sizes[id(k)] for k in _children(node)), too_many)
+        elif id(node) not in sizes:
+            if id(node) in open_:
+                return too_many
+            open_.add(id(node))
             stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in sizes)
+            stack.extend((k, False) for k in _children(node) if id(k) not in sizes)
     return sizes[id(root)]
 
 

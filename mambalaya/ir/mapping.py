@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from mambalaya.errors import MappingError
-from mambalaya.fileio import compose_yaml, read_text, write_atomic
+from mambalaya.fileio import load_yaml, read_text, write_atomic
 from mambalaya.ir.cascade import Cascade
 
 
@@ -156,12 +156,12 @@ def load_mapping(path: str | Path) -> Mapping:
     path = Path(path)
     text = read_text(path, MappingError, "mapping")
     if path.suffix != ".json":
-        compose_yaml(text, str(path), MappingError)  # (its syntax and its size with aliases expanded)
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise MappingError(f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}".splitlines()[0],
-                           file=str(path)) from None
+        data = load_yaml(text, str(path), MappingError)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise MappingError(f"not valid JSON: {err}".splitlines()[0], file=str(path)) from None
     try:
         return mapping_from_dict(data, str(path))
     except MappingError as err:

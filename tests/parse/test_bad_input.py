@@ -64,6 +64,8 @@ CASES = [
         f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}" if i else "x"] * 9) + "]\n"
         for i in range(9)) + "params: {M: 8}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 1,
      "expands to more than 100000 values"),
+    ("alias-cycle", "name: bad\na: &a [*a]\nparams: {M: 8}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 1,
+     "an alias inside its own anchor"),
 ]
 
 
