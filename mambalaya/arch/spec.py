@@ -159,6 +159,9 @@ class Arch:
     step_width: int = 1
     #: latency of one dependent step of a recurrence (load of its inputs, the update, the state kept on chip)
     recurrence_step_s: float = 0.0
+    #: bytes of partial sums one program keeps in registers across a reduction loop (a GPU's ``tl.dot``
+    #: accumulator, each axis padded to a power of two); a tiling needing more is not searched. 0: no limit
+    accumulator_bytes: int = 0
 
     # --- compute -------------------------------------------------------------------
 
@@ -335,6 +338,7 @@ class Arch:
             "matrix_min": self.matrix_min,
             "step_width": self.step_width,
             "recurrence_step_s": self.recurrence_step_s,
+            "accumulator_bytes": self.accumulator_bytes,
             "weights_resident": self.weights_resident,
             "buffers": [
                 {
@@ -384,6 +388,7 @@ OVERRIDABLE: dict[str, str] = {
     "matrix_min": "positive int",
     "step_width": "positive int",
     "recurrence_step_s": "time",
+    "accumulator_bytes": "size",
 }
 
 
@@ -459,7 +464,8 @@ def parse_arch(text: str, file: str = "<string>") -> Arch:
 _TOP_REQUIRED = ("name", "kind", "can_fuse", "clock", "units", "ops", "buffers", "offchip", "overheads")
 _TOP_OPTIONAL = ("description", "precision", "element_bytes", "lanes", "pipeline_depth", "weights_resident",
                  "parallelism")
-_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "description")
+_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "accumulator",
+                     "description")
 _UNIT_KEYS = ("peak", "efficiency", "per_lane", "description")
 _OP_KEYS = ("unit", "cost", "matrix_unit", "matrix_cost", "note")
 _BUFFER_KEYS = ("name", "capacity", "instances", "bandwidth", "holds_fused", "per_lane", "description")
@@ -624,7 +630,7 @@ class _Reader:
             per_transfer = self.quantity(
                 over["per_transfer"][1], "time", "overheads.per_transfer", allow_zero=True
             )
-        slots, resident, width, step, matrix_min = 0, 1, 1, 0.0, 1
+        slots, resident, width, step, matrix_min, accumulator = 0, 1, 1, 0.0, 1, 0
         if "parallelism" in opt:
             par = self.mapping(opt["parallelism"], "parallelism", _PARALLELISM_KEYS, ())
             if "programs" in par:
@@ -635,6 +641,8 @@ class _Reader:
                 resident = self.integer(par["resident"][1], "parallelism.resident", 1)
             if "step_width" in par:
                 width = self.integer(par["step_width"][1], "parallelism.step_width", 1)
+            if "accumulator" in par:
+                accumulator = int(self.quantity(par["accumulator"][1], "size", "parallelism.accumulator"))
             if "recurrence_step" in par:
                 step = self.quantity(par["recurrence_step"][1], "time", "parallelism.recurrence_step",
                                      allow_zero=True)
@@ -667,6 +675,7 @@ class _Reader:
             matrix_min=matrix_min,
             step_width=width,
             recurrence_step_s=step,
+            accumulator_bytes=accumulator,
         )
         self.check_precisions(arch, top)
         return arch

@@ -60,8 +60,9 @@ class CostContext:
                 out.add(e)
         return frozenset(out)
 
-    def occupancy(self, group: FusionGroup, stored: frozenset[str] | None = None) -> int:
-        """The on-chip bytes the group's schedule needs at its tiles (whether they fit), without its statements."""
+    def occupancy(self, group: FusionGroup, stored: frozenset[str] | None = None) -> tuple[int, int]:
+        """(The on-chip bytes the group's schedule needs at its tiles: whether they fit; its accumulator's bytes,
+        held to ``arch.accumulator_bytes``), without its statements."""
         stored = self.stored_alone(group.einsums) if stored is None else stored
         return self.lowerer.occupancy(group, stored, policy_of(self.arch))
 

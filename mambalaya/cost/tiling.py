@@ -90,6 +90,7 @@ class _Search:
         self.fit: dict[tuple, bool] = {}
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
         self.cap = ctx.arch.fusion_buffer_bytes
+        self.acc = ctx.arch.accumulator_bytes  # 0: partial sums live in the fusion buffer, no register limit
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
         self.untiled = None  # the untiled schedule, once lowered
         self._bound: list = []  # bound(), once computed
@@ -111,6 +112,8 @@ class _Search:
                 self.least = need if self.least is None else min(self.least, need)
                 if need > self.cap:
                     got = f"needs {need} bytes on chip"
+                elif self.acc and sched.accumulator_bytes > self.acc:
+                    got = f"needs {sched.accumulator_bytes} bytes of partial sums in registers"
                 else:
                     got, rows, _ = group_costs(self.ctx, sched)
                     self.rows[key] = tuple(rows)
@@ -126,16 +129,17 @@ class _Search:
                 got = isinstance(self.seen[key], GroupCost)
             else:
                 try:
-                    need = self.ctx.occupancy(FusionGroup(self.einsums, self.order, dict(tiles)), self.stored)
+                    need, acc = self.ctx.occupancy(FusionGroup(self.einsums, self.order, dict(tiles)), self.stored)
                 except ScheduleError as err:
                     self.seen[key] = str(err)
                     self.refused.add(key)
                     got = False
                 else:
                     self.least = need if self.least is None else min(self.least, need)
-                    got = need <= self.cap
+                    got = need <= self.cap and (not self.acc or acc <= self.acc)
                     if not got:
-                        self.seen[key] = f"needs {need} bytes on chip"
+                        self.seen[key] = (f"needs {need} bytes on chip" if need > self.cap
+                                          else f"needs {acc} bytes of partial sums in registers")
             self.fit[key] = got
         return got
 

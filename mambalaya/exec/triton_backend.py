@@ -186,7 +186,7 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
         arena = torch.full((wave * pk.arena,), float("nan"), dtype=tdt, device=dev)
         tc = torch.zeros(2 * len(pk.params), dtype=torch.int64, device=dev)
         args = [env[t] for t in pk.params]
-        kw = {"num_warps": 4} if cuda else {}
+        kw = {"num_warps": pk.num_warps} if cuda else {}
 
         def launch(count: bool, kernel=gk.kernel, args=args, arena=arena, tc=tc, wave=wave, n=pk.programs, kw=kw):
             for p0 in range(0, n, wave):

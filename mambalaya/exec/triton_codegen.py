@@ -155,6 +155,9 @@ class _Ctx:
     names: LoopNames = field(default_factory=lambda: LoopNames(TRITON_INDEX))
     params: dict[str, str] = field(default_factory=dict)
     slot: dict[str, int] = field(default_factory=dict)
+    direct: dict[str, str] = field(default_factory=dict)  # buffers held in registers: buffer -> its tensor
+    warps: int = 4
+    in_registers: list[str] = field(default_factory=list)
     # the member being printed
     bounds: dict[str, tuple[str, str]] = field(default_factory=dict)
     base: dict[str, list[str | None]] = field(default_factory=dict)
@@ -236,10 +239,18 @@ def _resolve(ctx: _Ctx, acc: Access) -> tuple[str, tuple[int, ...]]:
     return ctx.read_buf[path], path
 
 
-def _load(ctx: _Ctx, buf: str, idx: list[str], mask: str, depth: int, shape: list[int] | None = None) -> str:
-    """A masked read of a buffer at global indices (``shape``: the pointer broadcast to the mask's block)."""
-    b = ctx.spec[buf]
+def _load(ctx: _Ctx, buf: str, idx: list[str], mask: str, depth: int, shape: list[int] | None = None,
+          block: list[int] | None = None) -> str:
+    """A masked read of a buffer at global indices (``shape``: the pointer broadcast to the mask's block); a
+    buffer the printer keeps in registers (:class:`RegisterGemm`) is read from its tensor, counted over
+    ``block``."""
     out = ctx.tmp()
+    if buf in ctx.direct:
+        t = ctx.direct[buf]
+        ctx.emit(depth, f"{out} = tl.load({_global_ptr(ctx, t, idx)}, mask={mask}, other=0.0)")
+        _count(ctx, mask, block or [], ctx.slot[t], depth)
+        return out
+    b = ctx.spec[buf]
     ptr = f"{ctx.bufvar[buf]} + {_offset(idx, ctx.base[buf], b.shape)}"
     if shape:
         ptr += f" + tl.zeros({shape}, tl.int32)"
@@ -275,7 +286,7 @@ def _access(ctx: _Ctx, acc: Access, blk: _Block, depth: int) -> str:
             conds.append((pos, v))
     inside = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds]
     lane = blk.lane(axes)
-    val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth)
+    val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth, block=list(blk.shape))
     if rec is not None and any(p == rec.position for p, _ in conds):
         pos = rec.position
         other = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds if p != pos]
@@ -415,16 +426,47 @@ def _bound(ctx: _Ctx, rank: str) -> tuple[str, str, int]:
     return lo, hi, range_length(ctx.ranges[ctx.cur[0]][rank], ctx.sched.loops)
 
 
-def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _Block, axis: int | None,
-                stem: str) -> tuple[str, int]:
-    """Open a static loop over flat blocks of ``ranks``' current ranges (nblk elements each, or a scalar loop
-    for ``axis`` None); bind each rank's index in ``blk``; return (the loop's lane mask, the loop's depth)."""
+def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str]], flat: str, depth: int, blk: _Block, axis: int | None,
+               scalar: bool) -> str:
+    """Bind each rank of ``ext`` ((rank, lo, hi) each) from the flat index ``flat`` (the last rank fastest) in
+    ``blk`` on ``axis``; return the lane mask. One rank of a block is its vector itself (no division: Triton
+    sees the index contiguous and vectorises its loads)."""
+    total = " * ".join(f"({hi} - {lo})" if lo != "0" else hi for _, lo, hi in ext) or "1"
+    lane = f"{flat} < {total}" if ext else f"{flat} < 1"
+    rem = flat
+    for i, (r, lo, hi) in enumerate(reversed(ext)):
+        n = f"({hi} - {lo})" if lo != "0" else hi
+        v = f"i_{r}" if scalar else f"i_{r}_"
+        if len(ext) == 1:
+            ctx.emit(depth, f"{v} = {lo} + {rem}" if lo != "0" else f"{v} = {rem}")
+        else:
+            ctx.emit(depth, f"{v} = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0"
+                     else f"{v} = {rem} % tl.maximum({n}, 1)")
+            if i < len(ext) - 1:
+                nxt = ctx.tmp("q")
+                ctx.emit(depth, f"{nxt} = {rem} // tl.maximum({n}, 1)")
+                rem = nxt
+        blk.rv[r] = v
+        blk.axis[r] = axis
+    blk.lanes.setdefault(axis, []).append(lane)
+    return lane
+
+
+def _extents(ctx: _Ctx, ranks: tuple[str, ...]) -> tuple[list[tuple[str, str, str]], int]:
+    """((rank, lo, hi) per rank, the most elements their ranges ever span together)."""
     ext, nmax = [], 1
     for r in ranks:
         lo, hi, n = _bound(ctx, r)
         ext.append((r, lo, hi))
         nmax *= n
-    total = " * ".join(f"({hi} - {lo})" if lo != "0" else hi for _, lo, hi in ext) or "1"
+    return ext, nmax
+
+
+def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _Block, axis: int | None,
+                stem: str) -> tuple[str, int]:
+    """Open a static loop over flat blocks of ``ranks``' current ranges (nblk elements each, or a scalar loop
+    for ``axis`` None); bind each rank's index in ``blk``; return (the loop's lane mask, the loop's depth)."""
+    ext, nmax = _extents(ctx, ranks)
     s = ctx.tmp(stem)
     if axis is None:
         ctx.emit(depth, f"for {s} in range({nmax}):")
@@ -433,21 +475,16 @@ def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _
         ctx.emit(depth, f"for {s}s in range(0, {nmax}, {nblk}):")
         flat = f"{s}v"
         ctx.emit(depth + 1, f"{flat} = {s}s + tl.arange(0, {nblk})")
-        s = flat
-    depth += 1
-    lane = f"{s} < {total}" if ext else f"{s} < 1"
-    rem = s
-    for r, lo, hi in reversed(ext):
-        n = f"({hi} - {lo})" if lo != "0" else hi
-        v = f"i_{r}" if axis is None else f"i_{r}_"
-        ctx.emit(depth, f"{v} = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0" else f"{v} = {rem} % tl.maximum({n}, 1)")
-        nxt = ctx.tmp("q")
-        ctx.emit(depth, f"{nxt} = {rem} // tl.maximum({n}, 1)")
-        rem = nxt
-        blk.rv[r] = v
-        blk.axis[r] = axis
-    blk.lanes.setdefault(axis, []).append(lane)
-    return lane, depth
+    lane = _bind_flat(ctx, ext, flat, depth + 1, blk, axis, axis is None)
+    return lane, depth + 1
+
+
+def _one_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _Block, stem: str) -> None:
+    """Bind ``ranks``' current ranges as one block of ``nblk`` elements on axis 0 (no loop: it covers them)."""
+    ext, _ = _extents(ctx, ranks)
+    flat = ctx.tmp(stem)
+    ctx.emit(depth, f"{flat} = tl.arange(0, {nblk})")
+    _bind_flat(ctx, ext, flat, depth, blk, 0, False)
 
 
 def _place(blk: _Block, ranks: tuple[str, ...], axis: int, ndim: int) -> None:
@@ -530,6 +567,32 @@ def _dot_operand(ctx: _Ctx, factors: tuple[Node, ...], blk: _Block, depth: int) 
     return v
 
 
+def _tile(bat: _Block, rows: tuple[_Block, tuple[str, ...]], cols: tuple[_Block, tuple[str, ...]],
+          shape: tuple[int, int]) -> _Block:
+    """A 2-D block of a contraction: the scalar batch point, ``rows``' ranks on axis 0, ``cols``' on axis 1."""
+    out = _Block(dict(bat.rv), dict(bat.axis), {None: list(bat.lanes.get(None, []))}, shape)
+    for axis, (src, ranks) in enumerate((rows, cols)):
+        for r in ranks:
+            out.rv[r], out.axis[r] = src.rv[r], axis
+        out.lanes[axis] = list(src.lanes[0])
+        _place(out, ranks, axis, 2)
+    return out
+
+
+def _dot_code(ctx: _Ctx, a: str, b: str) -> str:
+    """``tl.dot`` of two operand tiles at the printer's precision (fp32 accumulation)."""
+    o = ctx.opts
+    if ctx.dtype == "float64":
+        return f"tl.dot({a}, {b}, input_precision=\"ieee\", out_dtype=tl.float64)"
+    if o.precision == "bf16" and o.interpret:
+        # the interpreter's bf16 dot is not exact; bf16 operands with fp32 products and sums are, in fp32
+        return (f"tl.dot({a}.to(tl.bfloat16).to(tl.float32), {b}.to(tl.bfloat16).to(tl.float32), "
+                f"input_precision=\"ieee\")")
+    if o.precision == "bf16":
+        return f"tl.dot({a}.to(tl.bfloat16), {b}.to(tl.bfloat16), out_dtype=tl.float32)"
+    return f"tl.dot({a}, {b}, input_precision=\"{'ieee' if o.precision == 'fp32' else 'tf32'}\")"
+
+
 def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, accumulate: bool) -> None:
     """Per batch point, (M, N) tiles of the output, each the tl.dot sum over K tiles of two operand tiles."""
     o = ctx.opts
@@ -545,33 +608,177 @@ def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, ac
     acc = ctx.tmp("acc")
     ctx.emit(d, f"{acc} = tl.zeros([{bm}, {bn}], {ctx.dt})")
     _, d2 = _flat_block(ctx, plan.k, bk, d, kb, 0, "k")
-
-    def tile(rows: tuple[_Block, tuple[str, ...]], cols: tuple[_Block, tuple[str, ...]], shape: tuple[int, int]
-             ) -> _Block:
-        """A 2-D block: the scalar batch point, ``rows``' ranks on axis 0, ``cols``' on axis 1."""
-        out = _Block(dict(bat.rv), dict(bat.axis), {None: list(bat.lanes.get(None, []))}, shape)
-        for axis, (src, ranks) in enumerate((rows, cols)):
-            for r in ranks:
-                out.rv[r], out.axis[r] = src.rv[r], axis
-            out.lanes[axis] = list(src.lanes[0])
-            _place(out, ranks, axis, 2)
-        return out
-
-    a = _dot_operand(ctx, plan.a, tile((mb, plan.m), (kb, plan.k), (bm, bk)), d2)
-    b = _dot_operand(ctx, plan.b, tile((kb, plan.k), (nb, plan.n), (bk, bn)), d2)
-    if ctx.dtype == "float64":
-        dot = f"tl.dot({a}, {b}, input_precision=\"ieee\", out_dtype=tl.float64)"
-    elif o.precision == "bf16" and o.interpret:
-        # the interpreter's bf16 dot is not exact; bf16 operands with fp32 products and sums are, in fp32
-        dot = (f"tl.dot({a}.to(tl.bfloat16).to(tl.float32), {b}.to(tl.bfloat16).to(tl.float32), "
-               f"input_precision=\"ieee\")")
-    elif o.precision == "bf16":
-        dot = f"tl.dot({a}.to(tl.bfloat16), {b}.to(tl.bfloat16), out_dtype=tl.float32)"
-    else:
-        dot = f"tl.dot({a}, {b}, input_precision=\"{'ieee' if o.precision == 'fp32' else 'tf32'}\")"
-    ctx.emit(d2, f"{acc} += {dot}")
-    out = tile((mb, plan.m), (nb, plan.n), (bm, bn))
+    a = _dot_operand(ctx, plan.a, _tile(bat, (mb, plan.m), (kb, plan.k), (bm, bk)), d2)
+    b = _dot_operand(ctx, plan.b, _tile(bat, (kb, plan.k), (nb, plan.n), (bk, bn)), d2)
+    ctx.emit(d2, f"{acc} += {_dot_code(ctx, a, b)}")
+    out = _tile(bat, (mb, plan.m), (nb, plan.n), (bm, bn))
     _store_out(ctx, e, out, acc if sign > 0 else f"(-{acc})", d, accumulate)
+    ctx.dots += 1
+
+
+# ---- a contraction accumulated in registers ----------------------------------------------------
+
+#: Most elements of a contraction's accumulator kept in registers across its reduction loop: a [128, 256]
+#: fp32 tile, half an H100/H200 SM's register file over the 8 warps such a kernel launches with.
+REGISTER_ACCUMULATOR = 32768
+#: Most elements of its two operand tiles per reduction step (registers too, before tl.dot stages them).
+REGISTER_OPERANDS = 32768
+
+
+@dataclass(frozen=True)
+class RegisterGemm:
+    """A reduction loop whose only work is one contraction of two loaded operands, its partial sums stored
+    after the loop: printed as one accumulator in registers across the loop, each operand tile loaded from
+    its tensor straight into registers (the schedule's loads, counted as they run), the sums stored from
+    registers (the schedule's store). The data movement is the schedule's; only its buffers live in
+    registers instead of the program's scratch."""
+
+    compute: Compute
+    store: Store
+    plan: Contraction
+    sign: int
+    direct: tuple[tuple[str, str], ...]  # (buffer, tensor) of each operand load
+    bm: int
+    bn: int
+    bk: int
+
+
+def _plain_access(acc: Access, e: Einsum) -> bool:
+    """Each index one of the Einsum's ranks plus a constant, no rank twice: one element read per point."""
+    seen: set[str] = set()
+    for ix in acc.indices:
+        ranks = [x for x in ix.free_symbols if str(x) in e.ranks]
+        if len(ranks) != 1 or str(ranks[0]) in seen or sympy.diff(ix, ranks[0]) != 1:
+            return False
+        seen.add(str(ranks[0]))
+    return True
+
+
+def register_gemm(ctx: _Ctx, loop: LoopBlock, after: object) -> RegisterGemm | None:
+    """The :class:`RegisterGemm` form of ``loop`` followed by statement ``after``, or None."""
+    c, g = ctx.cascade, ctx.sched
+    computes = [x for x in loop.body if isinstance(x, Compute)]
+    loads = [x for x in loop.body if isinstance(x, Load)]
+    if not isinstance(after, Store) or after.guard or len(computes) != 1 or len(loads) + 1 != len(loop.body):
+        return None
+    s = computes[0]
+    e = c.einsum(s.einsum)
+    if (s.accumulate != loop.loop or s.scan or s.inits or after.buffer != s.buffer or after.tensor != e.name
+            or e.recurrence is not None or e.where or len(e.terms()) != 1):
+        return None
+    sign, term, summed = e.terms()[0]
+    plan = contraction(c, e, term, summed, vector=True)
+    if plan is None or len(plan.a) != 1 or len(plan.b) != 1:
+        return None
+    reads, accs = dict(s.reads), distinct_accesses(e)
+    direct: dict[str, str] = {}
+    for f in (*plan.a, *plan.b):
+        if not isinstance(f, Access) or f.tensor in ctx.inline or f not in accs or not _plain_access(f, e):
+            return None
+        buf = reads.get((accs.index(f),))
+        load = next((x for x in loads if x.buffer == buf), None)
+        if load is None or load.slides is not None or load.first_of is not None or load.init_of is not None:
+            return None
+        direct[buf] = load.tensor
+    if len(direct) != 2 or len(loads) != 2 or len(reads) != 2:
+        return None
+    mine = [s, after, *loads]
+    for x, _ in g.statements():  # nothing else touches these buffers
+        if any(x is y for y in mine) or isinstance(x, LoopBlock):
+            continue
+        touched = x.buffers if isinstance(x, Compute) else {x.buffer}
+        if touched & {*direct, s.buffer}:
+            return None
+    rng = ctx.ranges[s.einsum]
+    if any(rng[r].loop == loop.loop for r in (*plan.batch, *plan.m, *plan.n)):
+        return None
+
+    def span(ranks: tuple[str, ...]) -> int:
+        return math.prod(range_length(rng[r], g.loops) for r in ranks)
+
+    if span(plan.batch) != 1:
+        return None
+    bm, bn, bk = (max(16, _pow2(span(x))) for x in (plan.m, plan.n, plan.k))
+    if bm * bn > REGISTER_ACCUMULATOR or (bm + bn) * bk > REGISTER_OPERANDS:
+        return None
+    return RegisterGemm(s, after, plan, sign, tuple(direct.items()), bm, bn, bk)
+
+
+def _count(ctx: _Ctx, mask: str, shape: list[int], slot: int, depth: int) -> None:
+    """With COUNT, add the lanes of ``mask`` (broadcast to ``shape``) to counter ``slot``."""
+    n = ctx.tmp("nc")
+    ctx.emit(depth, "if COUNT:")
+    ctx.emit(depth + 1, f"{n} = (({mask}) & (tl.zeros({shape}, tl.int32) == 0)).to(tl.int64)")
+    for _ in shape:
+        ctx.emit(depth + 1, f"{n} = tl.sum({n}, axis=0)")
+    ctx.emit(depth + 1, f"tl.atomic_add(tc + {slot}, {n})")
+
+
+def _global_ptr(ctx: _Ctx, tensor: str, idx: list[str]) -> str:
+    """Pointer code of ``tensor`` at global indices (int64 offsets for a tensor of 2**31 elements or more)."""
+    shape = ctx.cascade.shape(tensor)
+    wide = math.prod(shape) >= 2**31
+    gl = " + ".join((f"({i}).to(tl.int64) * {st}" if wide else f"({i}) * {st}")
+                    for i, st in zip(idx, _strides(shape), strict=True)) or "0"
+    return f"{ctx.params[tensor]} + {gl}"
+
+
+def _print_register_gemm(ctx: _Ctx, rg: RegisterGemm, loop: LoopBlock, depth: int) -> None:
+    g, c = ctx.sched, ctx.cascade
+    s, plan, j = rg.compute, rg.plan, loop.loop
+    e = c.einsum(s.einsum)
+    lp = g.loops[j]
+    ctx.emit(depth, f"# {e.text}: summed over {lp.rank} in registers, its operands loaded into registers")
+    ctx.cur, ctx.path, ctx.out = [s.einsum], (), s.buffer
+    ctx.read_buf, ctx.init_buf, ctx.base, ctx.bounds = dict(s.reads), {}, {}, {}
+    ctx.direct = dict(rg.direct)
+    rng = ctx.ranges[s.einsum]
+
+    def bounds(inner: bool, d: int) -> None:
+        for r in e.ranks:
+            x = rng[r]
+            if x.loop is not None and (x.loop == j) == inner:
+                lo, hi = ctx.names.range_code(x)
+                ctx.emit(d, f"lo_{r} = {lo}")
+                ctx.emit(d, f"hi_{r} = {hi}")
+                ctx.bounds[r] = (f"lo_{r}", f"hi_{r}")
+
+    bounds(False, depth)
+    bat, mb, nb, kb = _Block(), _Block(), _Block(), _Block()
+    point = {r for r in (*plan.batch, *plan.m, *plan.n, *plan.k) if range_length(rng[r], g.loops) == 1}
+    for r in e.ranks:  # a rank of one index per execution (the batch: register_gemm checked) is a scalar
+        if r in point and rng[r].loop != j:
+            lo, hi, _ = _bound(ctx, r)
+            bat.rv[r], bat.axis[r] = lo, None
+            bat.lanes.setdefault(None, []).append(f"{lo} < {hi}")
+    m, n, k = (tuple(r for r in x if r not in point) for x in (plan.m, plan.n, plan.k))
+    k1 = tuple(r for r in plan.k if r in point)
+    _one_block(ctx, m, rg.bm, depth, mb, "m")
+    _one_block(ctx, n, rg.bn, depth, nb, "n")
+    acc = ctx.tmp("acc")
+    ctx.emit(depth, f"{acc} = tl.zeros([{rg.bm}, {rg.bn}], {ctx.dt})")
+    ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
+    d = depth + 1
+    ctx.emit(d, f"lo{j} = t{j} * {lp.tile}")
+    ctx.emit(d, f"hi{j} = tl.minimum(lo{j} + {lp.tile}, {lp.extent})")
+    ctx.emit(d, f"f{j} = t{j} == 0")
+    bounds(True, d)
+    for r in k1:
+        lo, hi, _ = _bound(ctx, r)
+        bat.rv[r], bat.axis[r] = lo, None
+        bat.lanes.setdefault(None, []).append(f"{lo} < {hi}")
+    _one_block(ctx, k, rg.bk, d, kb, "k")
+    a = _dot_operand(ctx, plan.a, _tile(bat, (mb, m), (kb, k), (rg.bm, rg.bk)), d)
+    b = _dot_operand(ctx, plan.b, _tile(bat, (kb, k), (nb, n), (rg.bk, rg.bn)), d)
+    ctx.emit(d, f"{acc} += {_dot_code(ctx, a, b)}")
+    for r in k1:  # (a scalar of the loop: not a lane of the store)
+        bat.lanes[None].remove(f"{_bound(ctx, r)[0]} < {_bound(ctx, r)[1]}")
+    out = _tile(bat, (mb, m), (nb, n), (rg.bm, rg.bn))
+    ptr = _global_ptr(ctx, e.name, [out.rv[r] for r in e.out_ranks]) + f" + tl.zeros([{rg.bm}, {rg.bn}], tl.int32)"
+    mask = out.lane()
+    ctx.emit(depth, f"tl.store({ptr}, {acc if rg.sign > 0 else f'(-{acc})'}, mask={mask})")
+    _count(ctx, mask, [rg.bm, rg.bn], ctx.slot[e.name] + 1, depth)
+    ctx.direct = {}
     ctx.dots += 1
 
 
@@ -857,10 +1064,26 @@ def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
 def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
     """Print statements; ``inside``: how many of the grid loops enclose them."""
     g = ctx.sched
-    for s in body:
+    skip = False
+    for i, s in enumerate(body):
+        if skip:  # the store a register GEMM printed
+            skip = False
+            continue
         if isinstance(s, LoopBlock):
             lp = g.loops[s.loop]
             j = s.loop
+            rg = register_gemm(ctx, s, body[i + 1] if i + 1 < len(body) else None) if j >= g.grid else None
+            if rg is not None:
+                ctx.emit(depth, f"lo{j} = tl.full([], {(lp.trips - 1) * lp.tile}, tl.int32)")
+                ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
+                ctx.emit(depth, f"f{j} = lo{j} == 0")
+                _print_register_gemm(ctx, rg, s, depth)
+                if rg.bm * rg.bn >= 8192:
+                    ctx.warps = 8
+                ctx.in_registers.append(rg.compute.einsum)
+                ctx.emit(depth, "tl.debug_barrier()")
+                skip = True
+                continue
             if j < g.grid:  # a program of the grid: t{j} set from the program id
                 ctx.emit(depth, f"# {lp.rank} in tiles of {lp.tile}: the program grid")
                 d = depth
@@ -907,6 +1130,8 @@ class TritonKernel:
     programs: int
     arena: int  # elements of one program's slice of the scratch arena
     dots: int  # contractions printed as tl.dot
+    num_warps: int = 4  # 8 for a kernel holding a large accumulator in registers
+    in_registers: tuple[str, ...] = ()  # members printed as a RegisterGemm
 
 
 def group_kernel_source(cascade: Cascade, g: GroupSchedule, dtype: str, opts: TritonOptions = TritonOptions()
@@ -949,7 +1174,8 @@ def group_kernel_source(cascade: Cascade, g: GroupSchedule, dtype: str, opts: Tr
         if isinstance(s, Load) and s.slides is not None:
             ctx.emit(1, f"ld_{ctx.bufvar[s.buffer]} = tl.full([], -1, tl.int32)")
     _statements(ctx, g.body, 1)
-    return TritonKernel(PRELUDE + "\n" + "\n".join(ctx.lines) + "\n", params, g.programs, arena, ctx.dots)
+    return TritonKernel(PRELUDE + "\n" + "\n".join(ctx.lines) + "\n", params, g.programs, arena, ctx.dots,
+                        ctx.warps, tuple(ctx.in_registers))
 
 
-__all__ = ["PRECISIONS", "TRITON_INDEX", "TritonKernel", "TritonOptions", "Unsupported", "group_kernel_source"]
+__all__ = ["PRECISIONS", "REGISTER_ACCUMULATOR", "TRITON_INDEX", "RegisterGemm", "TritonKernel", "TritonOptions", "Unsupported", "group_kernel_source"]

@@ -88,8 +88,9 @@ class Lowerer:
         return got if index == got.index else replace(got, index=index)
 
 
-    def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> int:
-        """What :meth:`group`'s schedule holds on chip before hoisting (the fit test), without its statements."""
+    def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> tuple[int, int]:
+        """(What :meth:`group`'s schedule holds on chip before hoisting: the fit test; its accumulator's bytes),
+        without its statements."""
         members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
         return group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
                                policy)

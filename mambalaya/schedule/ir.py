@@ -138,6 +138,19 @@ class Buffer:
         return self.elements * self.element_bytes
 
 
+def accumulator_bytes(buffers) -> int:
+    """The largest partial-sum buffer, each axis padded to a power of two: what a GPU program holds in registers
+    across a reduction loop (a ``tl.dot`` accumulator's block); 0 without partial sums."""
+    most = 0
+    for b in buffers:
+        if b.kind == "partial":
+            n = b.element_bytes
+            for a in b.axes:
+                n *= 1 << max(0, (a.extent - 1).bit_length())
+            most = max(most, n)
+    return most
+
+
 @dataclass(frozen=True)
 class Load:
     """Copy a box of off-chip ``tensor`` into ``buffer`` (only the rows new since the last iteration of
@@ -277,6 +290,11 @@ class GroupSchedule:
     def occupancy_bytes(self) -> int:
         """On-chip bytes held at once: every buffer (they are live together)."""
         return sum(b.nbytes for b in self.buffers)
+
+    @property
+    def accumulator_bytes(self) -> int:
+        """Its largest partial-sum buffer padded to powers of two (:func:`accumulator_bytes`)."""
+        return accumulator_bytes(self.buffers)
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:

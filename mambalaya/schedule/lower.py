@@ -56,6 +56,7 @@ from mambalaya.schedule.ir import (
     Shift,
     Statement,
     Store,
+    accumulator_bytes,
 )
 
 
@@ -959,14 +960,15 @@ class _Builder:
         return tuple(out)
 
     # -- the whole group --
-    def occupancy(self) -> int:
-        """The bytes every buffer holds at once, before operands are hoisted (what decides whether the tiles
-        fit: hoisting only uses what is left)."""
+    def occupancy(self) -> tuple[int, int]:
+        """(the bytes every buffer holds at once, before operands are hoisted: what decides whether the tiles
+        fit, hoisting only uses what is left; its accumulator's bytes, :func:`~.ir.accumulator_bytes`)."""
         self.internal_buffers()
         self.collect_streams()
         for st in self.streams:
             self._size_stream(st, totals=False)
-        return sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams)
+        return (sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams),
+                accumulator_bytes(self.buffers))
 
     def build(self) -> GroupSchedule:
         self.internal_buffers()
@@ -998,9 +1000,10 @@ def lower_group(cascade: Cascade, group: FusionGroup, model, forms: Forms, store
 
 
 def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
-                    policy: Policy = SEQUENTIAL) -> int:
-    """The bytes the group's buffers hold at once at its tiles (the fit test: what :func:`lower_group`'s
-    schedule needs before hoisting operands into what is left), without building the statements."""
+                    policy: Policy = SEQUENTIAL) -> tuple[int, int]:
+    """(the bytes the group's buffers hold at once at its tiles: the fit test, what :func:`lower_group`'s
+    schedule needs before hoisting operands into what is left; its accumulator's bytes), without building
+    the statements."""
     return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
 
 

@@ -102,6 +102,20 @@ def test_a_program_grid_from_the_schedule() -> None:
     assert r["traffic_counted_by_tensor"]["W1"] == 3 * c.nbytes("W1")  # every program reads W1
 
 
+def test_a_contraction_summed_across_a_loop_accumulates_in_registers() -> None:
+    """T tiled along its summed rank k: its partial sums stay in registers across the k loop and its operand
+    tiles load straight into registers; the numbers and the counted moves are still the schedule's."""
+    from mambalaya.exec.triton_codegen import group_kernel_source
+
+    c = open_cascade("mlp2")
+    m = Mapping((FusionGroup(("T",), ("m", "n", "k"), {"m": 16, "n": 16, "k": 8}),
+                 FusionGroup(("R", "Y"), ("m", "p", "n"), {"m": 16})), c.name)
+    s = lower_mapping(c, m, "h200")
+    assert [group_kernel_source(c, g, "float32").in_registers for g in s.groups] == [("T",), ()]
+    r = _check(c, m)
+    assert r["traffic_counted_by_tensor"]["A"] == 3 * c.nbytes("A")  # A read once per n tile
+
+
 def test_float64_is_exact() -> None:
     c = small_cascade("mamba2-decode")
     r = _check(c, Mapping((FusionGroup(c.einsum_names),), c.name), dtype="float64")
