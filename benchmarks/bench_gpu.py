@@ -518,26 +518,29 @@ def repredict(data: dict) -> None:
 
 def _mamba_ssm_rows(data: dict) -> list[str]:
     """The SSD kernel by kernel: the generated groups next to their mamba_ssm counterparts."""
-    pairs = [("chunk_cumsum", ["ACS"]), ("bmm_chunk", ["CB"]), ("chunk_state", ["DS ST"]),
-             ("state_passing", ["S", "SF"]), ("chunk_scan", ["LM YD", "YO"])]
-    lines = ["", "## The SSD kernel by kernel: generated (fused mapping) vs mamba_ssm", "",
-             "| model | batch | seqlen | " + " | ".join(f"{m} vs {' + '.join(g)}" for m, g in pairs) + " | SSD total |",
-             "|---|---:|---:|" + "---:|" * (len(pairs) + 1)]
+    pairs = [("chunk_cumsum", {"ACS"}), ("bmm_chunk", {"CB"}), ("chunk_state", {"DS", "ST"}),
+             ("state_passing", {"S", "SF"}), ("chunk_scan", {"LM", "YD", "YO"})]
+    lines = ["", "## The SSD kernel by kernel: generated (the mapper's schedule) vs mamba_ssm", "",
+             "| model | batch | seqlen | " + " | ".join(f"{m} vs {' '.join(sorted(g))}" for m, g in pairs)
+             + " | SSD total |", "|---|---:|---:|" + "---:|" * (len(pairs) + 1)]
     for p in data["points"]:
         ks = p.get("mamba_ssm_kernels_s")
         run = next((r for r in p["runs"] if r.get("mapping") == "mapper" and "error" not in r), None)
         if not ks or not run:
             continue
-        ours = {" ".join(g["einsums"]): g["measured_s"] for g in run["groups"]}
-        cells = []
-        for m, gs in pairs:
-            t = sum(ours.get(g, 0.0) for g in gs)
-            cells.append(f"{ks[m] * 1e3:.3f} / {t * 1e3:.3f}")
+        ours = {m: 0.0 for m, _ in pairs}
+        for g in run["groups"]:  # a group's time goes to the kernel holding most of its SSD Einsums
+            hits = [(len(set(g["einsums"]) & members), m) for m, members in pairs]
+            n, m = max(hits)
+            if n:
+                ours[m] += g["measured_s"]
+        cells = [f"{ks[m] * 1e3:.3f} / {ours[m] * 1e3:.3f}" for m, _ in pairs]
         tot = run.get("ssd_measured_s")
         cells.append(f"{p['mamba_ssm_ssd_s'] * 1e3:.3f} / {tot * 1e3:.3f} ({tot / p['mamba_ssm_ssd_s']:.2f}x)")
         lines.append(f"| {p['model']} | {p['batch']} | {p['seqlen']} | " + " | ".join(cells) + " |")
-    lines += ["", "Each cell: mamba_ssm ms / generated ms. mamba_ssm's chunk_scan also adds the skip term D*x, "
-              "which the generated layer computes in its gate group (not counted here)."]
+    lines += ["", "Each cell: mamba_ssm ms / generated ms (the generated groups whose SSD Einsums are mostly that "
+              "kernel's; a group also computing non-SSD Einsums counts whole). mamba_ssm's chunk_scan also adds the "
+              "skip term D*x, which the generated layer computes in its gate group (not counted here)."]
     return lines
 
 
@@ -547,72 +550,62 @@ def table(path: Path, repredicted: bool = False) -> str:
         repredict(data)
     env = data["env"]
     lines = [
-        "# Generated Triton kernels on the GPU vs the h200 cost model",
+        "# The mapper's h200 schedule on the GPU vs the h200 cost model",
         "",
         f"Measured {data['started']} on {env['gpu']} (torch {env['torch']}, triton {env['triton']}, CUDA "
-        f"{env['cuda']}, Python {env['python']}) with `python benchmarks/bench_gpu.py OUT --mamba-ssm SRC`; "
-        f"table: `python benchmarks/bench_gpu.py --table OUT/gpu.json --md benchmarks/results/gpu.md`. "
-        f"fp32 data, {env['matmul_precision']} matrix products (generated kernels and torch alike). Every time is "
-        "a CUDA-graph replay (median of 5-10; a group's kernel is timed as 4 launches captured in one graph, so "
-        "the ~20 us Python launch cost is not in it), the torch and mamba_ssm paths included, so all columns "
-        "compare GPU time. Predicted: `evaluate(cascade, 'h200', mapping)`"
+        f"{env['cuda']}, Python {env['python']}) with `python benchmarks/bench_gpu.py OUT --mappings MAPS "
+        "--mamba-ssm SRC` (MAPS from `python benchmarks/bench_gpu.py --map-only MAPS` on a CPU: the mapper's "
+        "`optimal_mapping(cascade, 'h200')`, the hand grouping at the tool's tiles, the unfused baseline); table: "
+        "`python benchmarks/bench_gpu.py --table OUT/gpu.json --md benchmarks/results/gpu_mapper.md`. "
+        f"fp32 data, {env['matmul_precision']} matrix products (generated kernels and torch alike). A layer's time "
+        "is a CUDA-graph replay of all its kernels, a group's the median replay of 4 launches in one graph; the "
+        "torch and mamba_ssm paths are CUDA graphs too. Predicted: `evaluate(cascade, 'h200', mapping)`"
         + (f" with the specs as of {data['repredicted']} (`--repredict`)." if data.get("repredicted") else "."),
         "",
         "## Layers",
         "",
-        "| model | batch | seqlen | generated fused (sum of kernels) | fused: eager launches | fused: CUDA graph "
-        "| predicted fused | ratio (graph / pred) | generated unfused | unfused: CUDA graph | predicted unfused "
-        "| ratio | torch layer | torch layer + mamba_ssm SSD | SSD: generated fused | SSD: torch "
-        "| SSD: mamba_ssm |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | batch | seqlen | schedule | groups | measured (graph) | predicted | measured / predicted "
+        "| traffic predicted = counted |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for p in data["points"]:
-        runs = {r["mapping"]: r for r in p["runs"] if "error" not in r}
-        f, u = runs.get("mapper"), runs.get("unfused")
-
-        def ratio(r: dict | None) -> str:
-            if not r:
-                return "-"
+        for r in p["runs"]:
+            if "error" in r:
+                lines.append(f"| {p['model']} | {p['batch']} | {p['seqlen']} | {r['mapping']} | | "
+                             f"{r['error'][:60]} | | | |")
+                continue
             meas = r.get("layer_graph_s") or r["measured_s"]
-            return f"{meas / r['predicted_s']:.2f}"
-
-        lines.append(
-            f"| {p['model']} | {p['batch']} | {p['seqlen']} | {_ms(f and f['measured_s'])} | "
-            f"{_ms(f and f.get('layer_eager_s'))} | {_ms(f and f.get('layer_graph_s'))} | "
-            f"{_ms(f and f['predicted_s'])} | {ratio(f)} | {_ms(u and u['measured_s'])} | "
-            f"{_ms(u and u.get('layer_graph_s'))} | {_ms(u and u['predicted_s'])} "
-            f"| {ratio(u)} | {_ms(p.get('torch_layer_s'))} | {_ms(p.get('torch_layer_mamba_ssm_s'))} | "
-            f"{_ms(f and f.get('ssd_measured_s') or None)} | {_ms(p.get('torch_ssd_s'))} | "
-            f"{_ms(p.get('mamba_ssm_ssd_s'))} |")
+            same = r.get("traffic_counted_bytes") == r.get("traffic_bytes")
+            lines.append(f"| {p['model']} | {p['batch']} | {p['seqlen']} | {r['mapping']} | {len(r['groups'])} | "
+                         f"{_ms(meas)} | {_ms(r['predicted_s'])} | {meas / r['predicted_s']:.2f} | "
+                         f"{'yes' if same else 'no'} ({r['traffic_bytes'] / 1e6:.0f} MB) |")
+        for label, key in (("torch eager layer", "torch_layer_s"), ("torch layer + mamba_ssm SSD", "torch_layer_mamba_ssm_s")):
+            if p.get(key):
+                lines.append(f"| {p['model']} | {p['batch']} | {p['seqlen']} | {label} | | {_ms(p[key])} | | | |")
     lo = data.get("launch_overhead")
     if lo:
         lines += ["", f"Launch cost per kernel (one-program Triton kernel, 200 back to back): eager from Python "
                       f"{lo['triton_eager_s'] * 1e6:.1f} us, CUDA-graph replay {lo['triton_graph_s'] * 1e6:.2f} us; "
                       f"a torch eager op {lo['torch_eager_s'] * 1e6:.1f} us."]
     lines += _mamba_ssm_rows(data)
-    lines += ["", "Times in ms. Errors: " + "; ".join(
-        f"{p['model']} b{p['batch']} L{p['seqlen']}: generated vs torch {p.get('torch_vs_generated_rel_err')}"
-        for p in data["points"] if "torch_vs_generated_rel_err" in p) + "."]
-    for p in data["points"][:1] + [q for q in data["points"] if q["model"].startswith("mamba-")][:1]:
+    errs = [f"{p['model']} b{p['batch']} L{p['seqlen']}: generated vs torch {p['torch_vs_generated_rel_err']:.2g}"
+            for p in data["points"] if "torch_vs_generated_rel_err" in p]
+    if errs:
+        lines += ["", "Times in ms. Largest relative error: " + "; ".join(errs) + "."]
+    for p in data["points"]:
         for r in p["runs"]:
             if "error" in r:
                 continue
             lines += ["", f"## Per group: {p['model']} batch {p['batch']} seqlen {p['seqlen']}, {r['mapping']}", "",
-                      "| group | grid (rank/block x blocks) | tl.dot (warps, stages) or scan | measured ms | predicted ms "
-                      "| ratio | traffic MB |",
-                      "|---|---|---|---:|---:|---:|---:|"]
+                      "| group | grid (rank/block x blocks) | programs | tl.dot | on chip KiB | measured ms "
+                      "| predicted ms | ratio | traffic MB |",
+                      "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
             for g in r["groups"]:
-                grid = " ".join(f"{a}/{b}x{c}" for a, b, c in g["grid"]) or "1"
-                var = g.get("variant") or {}
-                if g.get("launch") and g["dot"]:
-                    swap = " swapped" if var.get("swapped") else ""
-                    g["dot"] = [*g["dot"], f"({g['launch'].get('num_warps')}w {g['launch'].get('num_stages')}s{swap})"]
-                if g.get("scan"):
-                    chunk = f" ({var['scan_steps']} steps, {g['launch'].get('num_warps')}w)" if var else ""
-                    g["dot"] = [*g["dot"], "scan: " + "+".join(g["scan"]) + chunk]
-                rt = f"{g['measured_s'] / g['predicted_s']:.2f}" if g["predicted_s"] else "-"
-                lines.append(f"| {' '.join(g['einsums'])} | {grid} | {' '.join(g['dot']) or '-'} | "
-                             f"{_ms(g['measured_s'])} | {_ms(g['predicted_s'])} | {rt} | {g['traffic_bytes'] / 1e6:.1f} |")
+                grid = " ".join(f"{a}/{b}x{c}" for a, b, c in g.get("grid", [])) or "1"
+                rt = f"{g['measured_s'] / g['predicted_s']:.2f}" if g.get("predicted_s") else "-"
+                lines.append(f"| {' '.join(g['einsums'])} | {grid} | {g.get('programs', '')} | {g.get('dots', '')} | "
+                             f"{g.get('occupancy_bytes', 0) / 1024:.0f} | {_ms(g['measured_s'])} | "
+                             f"{_ms(g.get('predicted_s'))} | {rt} | {g['traffic_bytes'] / 1e6:.1f} |")
     return "\n".join(lines) + "\n"
 
 

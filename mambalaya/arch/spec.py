@@ -162,6 +162,13 @@ class Arch:
     #: bytes of partial sums one program keeps in registers across a reduction loop (a GPU's ``tl.dot``
     #: accumulator, each axis padded to a power of two); a tiling needing more is not searched. 0: no limit
     accumulator_bytes: int = 0
+    #: Bytes per second a program's scratch (a GPU printer's per-program arena in global memory, cached in L1
+    #: and L2) moves: what each element a group loads or computes outside registers costs on its way through
+    #: it (:func:`~mambalaya.cost.price.staged_bytes`). 0: staging is free (on-chip buffers the roofline covers)
+    staging_bandwidth: float = 0.0
+    #: Smallest piece of off-chip memory one access moves (a GPU's 32-byte sector): a load or store whose
+    #: contiguous runs are shorter moves whole sectors (:func:`~mambalaya.cost.price.sector_bytes`). 0: exact
+    sector_bytes: int = 0
 
     # --- compute -------------------------------------------------------------------
 
@@ -339,6 +346,8 @@ class Arch:
             "step_width": self.step_width,
             "recurrence_step_s": self.recurrence_step_s,
             "accumulator_bytes": self.accumulator_bytes,
+            "staging_bandwidth": self.staging_bandwidth,
+            "sector_bytes": self.sector_bytes,
             "weights_resident": self.weights_resident,
             "buffers": [
                 {
@@ -389,6 +398,8 @@ OVERRIDABLE: dict[str, str] = {
     "step_width": "positive int",
     "recurrence_step_s": "time",
     "accumulator_bytes": "size",
+    "staging_bandwidth": "bandwidth",
+    "sector_bytes": "size",
 }
 
 
@@ -464,7 +475,7 @@ def parse_arch(text: str, file: str = "<string>") -> Arch:
 _TOP_REQUIRED = ("name", "kind", "can_fuse", "clock", "units", "ops", "buffers", "offchip", "overheads")
 _TOP_OPTIONAL = ("description", "precision", "element_bytes", "lanes", "pipeline_depth", "weights_resident",
                  "parallelism")
-_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "accumulator",
+_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "accumulator", "staging", "sector",
                      "description")
 _UNIT_KEYS = ("peak", "efficiency", "per_lane", "description")
 _OP_KEYS = ("unit", "cost", "matrix_unit", "matrix_cost", "note")
@@ -630,7 +641,7 @@ class _Reader:
             per_transfer = self.quantity(
                 over["per_transfer"][1], "time", "overheads.per_transfer", allow_zero=True
             )
-        slots, resident, width, step, matrix_min, accumulator = 0, 1, 1, 0.0, 1, 0
+        slots, resident, width, step, matrix_min, accumulator, staging, sector = 0, 1, 1, 0.0, 1, 0, 0.0, 0
         if "parallelism" in opt:
             par = self.mapping(opt["parallelism"], "parallelism", _PARALLELISM_KEYS, ())
             if "programs" in par:
@@ -643,6 +654,10 @@ class _Reader:
                 width = self.integer(par["step_width"][1], "parallelism.step_width", 1)
             if "accumulator" in par:
                 accumulator = int(self.quantity(par["accumulator"][1], "size", "parallelism.accumulator"))
+            if "sector" in par:
+                sector = int(self.quantity(par["sector"][1], "size", "parallelism.sector"))
+            if "staging" in par:
+                staging = self.quantity(par["staging"][1], "bandwidth", "parallelism.staging")
             if "recurrence_step" in par:
                 step = self.quantity(par["recurrence_step"][1], "time", "parallelism.recurrence_step",
                                      allow_zero=True)
@@ -676,6 +691,8 @@ class _Reader:
             step_width=width,
             recurrence_step_s=step,
             accumulator_bytes=accumulator,
+            staging_bandwidth=staging,
+            sector_bytes=sector,
         )
         self.check_precisions(arch, top)
         return arch

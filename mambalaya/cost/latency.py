@@ -18,6 +18,9 @@
   each ``recurrence_step_s``. Programs resident on one slot at once (``resident_programs``, as many as
   fit its buffer capacity together) overlap their chains: the group takes at least
   ``ceil(P / (slots x resident)) x`` that chain.
+- **Staging** (archs with ``staging_bandwidth``: a GPU printer's per-program scratch): what a group moves
+  through scratch outside registers (:func:`~mambalaya.cost.price.staged_bytes`) at that bandwidth, added to
+  the roofline (the same instructions do it); measured kernels fit it (benchmarks/results/gpu_tiles.md).
 - An Einsum's latency is its share of its group's: the group latency split in
   proportion to ``max(compute, memory)`` of its Einsums (equal shares when all are 0).
 """
@@ -65,13 +68,19 @@ def chain_seconds(arch: Arch, programs: int, chain_steps: int, occupancy_bytes: 
     return rounds * chain_steps * arch.recurrence_step_s
 
 
+def staging_seconds(arch: Arch, nbytes: int | float) -> float:
+    """Time the programs' scratch takes to move ``nbytes`` (0 on an arch without a staging bandwidth)."""
+    return float(nbytes) / arch.staging_bandwidth if arch.staging_bandwidth > 0 else 0.0
+
+
 def group_latency(arch: Arch, compute_s: float, traffic_bytes: int, transfers: int, programs: int = 0,
-                  chain_s: float = 0.0) -> tuple[float, float]:
-    """(latency, overhead) of one group: the roofline over the part of the chip its grid occupies, at least its
-    recurrences' dependency chain (:func:`chain_seconds`), plus per-group and per-transfer overheads."""
+                  chain_s: float = 0.0, staging_s: float = 0.0) -> tuple[float, float]:
+    """(latency, overhead) of one group: the roofline over the part of the chip its grid occupies plus its
+    staging through scratch (the same programs' instructions: it does not overlap), at least its recurrences'
+    dependency chain (:func:`chain_seconds`), plus per-group and per-transfer overheads."""
     overhead = arch.group_overhead_s + arch.transfer_overhead_s * transfers
     frac, _ = parallel_fraction(arch, programs)
-    return max(max(compute_s, memory_seconds(arch, traffic_bytes)) / frac, chain_s) + overhead, overhead
+    return max((max(compute_s, memory_seconds(arch, traffic_bytes)) + staging_s) / frac, chain_s) + overhead, overhead
 
 
 def split_latency(total: float, weights: list[float]) -> list[float]:
@@ -82,4 +91,5 @@ def split_latency(total: float, weights: list[float]) -> list[float]:
     return [total * w / s for w in weights]
 
 
-__all__ = ["chain_seconds", "compute_seconds", "group_latency", "memory_seconds", "parallel_fraction", "split_latency"]
+__all__ = ["chain_seconds", "compute_seconds", "group_latency", "memory_seconds", "parallel_fraction", "split_latency",
+           "staging_seconds"]

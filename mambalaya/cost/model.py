@@ -21,9 +21,10 @@ from mambalaya.cost.latency import (
     memory_seconds,
     parallel_fraction,
     split_latency,
+    staging_seconds,
 )
 from mambalaya.cost.ops import flops, ops_by_kind
-from mambalaya.cost.price import Traffic, TrafficRow, chain_steps, member_ops, traffic_rows
+from mambalaya.cost.price import Traffic, TrafficRow, chain_steps, member_ops, sector_bytes, staged_bytes, traffic_rows
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.schedule import GroupSchedule, Schedule, lower_mapping
@@ -110,6 +111,7 @@ class GroupCost(_RooflineFigures):
     programs: int = 1  # programs of its grid (1: one loop nest)
     parallel_fraction: float = 1.0  # of the chip its grid keeps busy (waves against the arch's program slots)
     chain_s: float = 0.0  # its recurrences' dependency chain (a floor under its latency)
+    staging_s: float = 0.0  # moving what it stages through its programs' scratch (added to the roofline)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +121,7 @@ class GroupCost(_RooflineFigures):
             "programs": self.programs,
             "parallel_fraction": self.parallel_fraction,
             "chain_s": self.chain_s,
+            "staging_s": self.staging_s,
             "traffic_bytes": self.traffic_bytes,
             "memory_s": self.memory_s,
             "compute_s": self.compute_s,
@@ -235,7 +238,9 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
     programs = sched.programs if sched.grid else 1
     chain = chain_seconds(arch, programs, chain_steps(ctx, sched) if arch.recurrence_step_s > 0 else 0,
                           sched.occupancy_bytes)
-    latency, overhead = group_latency(arch, sum(compute.values()), total_bytes, transfers, programs, chain)
+    staging = staging_seconds(arch, staged_bytes(ctx, sched))
+    moved = sector_bytes(ctx, sched) if arch.sector_bytes else total_bytes  # (whole sectors: what the transfers take)
+    latency, overhead = group_latency(arch, sum(compute.values()), moved, transfers, programs, chain, staging)
     frac, _ = parallel_fraction(arch, programs)
     shares = split_latency(latency, [max(compute[e], memory[e]) for e in members])
     einsums = []
@@ -243,9 +248,9 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
         ops = {k: int(v) for k, v in ops_by_kind(counts[e]).items()}
         einsums.append(EinsumCost(e, sched.index, traffic[e], memory[e], compute[e], share, ops, int(flops(ops)),
                                   tuple(charged[e])))
-    g = GroupCost(sched.index, tuple(members), total_bytes, memory_seconds(arch, total_bytes), sum(compute.values()),
+    g = GroupCost(sched.index, tuple(members), total_bytes, memory_seconds(arch, moved), sum(compute.values()),
                   overhead, latency, sum(e.flops for e in einsums), transfers, sched.occupancy_bytes, programs, frac,
-                  chain)
+                  chain, staging)
     return g, einsums, rows
 
 

@@ -16,11 +16,14 @@ first member reading it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
 from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
+from mambalaya.schedule.compute import dot_plans
+from mambalaya.schedule.registers import register_loops
 
 
 @dataclass(frozen=True)
@@ -107,22 +110,87 @@ def traffic_rows(ctx: CostContext, sched: GroupSchedule) -> list[TrafficRow]:
 
 
 def matrix_waste(ctx: CostContext, sched: GroupSchedule) -> dict[str, float]:
-    """Per member: how much more its matrix-unit ops cost because each execution's reduction is shorter than the
-    unit's smallest product (``arch.matrix_min``: a tensor core's K); 1 where it is not."""
+    """Per member: how much more its matrix-unit ops cost because each execution's product is smaller than the
+    unit's smallest tile (``arch.matrix_min``: tl.dot's least M, N and K): a side of length ``x < need`` is
+    padded to ``need``, so the unit does ``need / x`` times the work on it, per side (M, N and K of the
+    member's contraction plan, :func:`~mambalaya.schedule.compute.dot_plans`, at this schedule's ranges); 1
+    where no side is short. A member with several summed terms takes its worst plan's."""
     need = ctx.arch.matrix_min
     out: dict[str, float] = {}
     if need <= 1:
         return out
     for s, _ in sched.statements():
-        if isinstance(s, Compute):
-            e = ctx.cascade.einsum(s.einsum)
-            k = 1
-            for r in s.ranges:
-                if r.rank not in e.out_ranks:
-                    k *= extent.range_length(r, sched.loops)
-            if k < need:
-                out[s.einsum] = need / k
+        if not isinstance(s, Compute):
+            continue
+        e = ctx.cascade.einsum(s.einsum)
+        length = {r.rank: extent.range_length(r, sched.loops) for r in s.ranges}
+        worst = 1.0
+        for plan in dot_plans(ctx.cascade, e):
+            if plan is None:
+                continue
+            w = 1.0
+            for side in (plan.m, plan.n, plan.k):
+                x = math.prod(length.get(r, 1) for r in side)
+                if 0 < x < need:
+                    w *= need / x
+            worst = max(worst, w)
+        if worst > 1:
+            out[s.einsum] = worst
     return out
+
+
+def sector_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
+    """Bytes the group's loads and stores occupy the memory system with, at ``arch.sector_bytes`` granularity:
+    each statement's bytes times ``ceil(run / sector) * sector / run``, ``run`` the bytes of the contiguous
+    stretch one execution covers (the trailing axes its buffer spans whole, times the first it does not).
+    Equal to the traffic where every run is a multiple of the sector (or the arch has none): what moves is
+    still the statements' bytes (:func:`traffic_rows`); this is what their transfers take."""
+    sector = ctx.arch.sector_bytes
+    bufs = {b.name: b for b in sched.buffers}
+    total = 0
+    for s, _ in sched.statements():
+        if not isinstance(s, Load | Store):
+            continue
+        eb = ctx.cascade.tensors[s.tensor].element_bytes
+        nbytes = s.elements * eb
+        buf = bufs.get(s.buffer)
+        if sector <= 0 or buf is None or nbytes == 0:
+            total += nbytes
+            continue
+        shape = ctx.cascade.shape(s.tensor)
+        run = eb
+        for ax, dim in zip(reversed(buf.axes), reversed(shape), strict=False):
+            run *= min(ax.extent, dim)
+            if ax.extent < dim:
+                break
+        total += int(nbytes * (-(-run // sector) * sector) / run) if run % sector else nbytes
+    return total
+
+
+def staged_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
+    """Bytes a group moves through its programs' scratch (priced at ``arch.staging_bandwidth``; 0 without one):
+    each loaded element written to it and read back (2 accesses), each computed element written and read by
+    its consumer or its store (2; 3 for a partial sum: read, added to, written), per execution. A loop the GPU
+    printers keep in registers (:func:`~mambalaya.schedule.registers.register_loops`) stages nothing. A rule
+    of thumb fitted to measured kernels (benchmarks/results/gpu_tiles.md), not a count of the accesses the
+    printed code makes."""
+    if ctx.arch.staging_bandwidth <= 0:
+        return 0
+    skip: set[int] = set()
+    for rg in register_loops(ctx.cascade, sched):
+        skip |= {id(rg.compute), id(rg.store), *(id(x) for x, _ in sched.statements() if isinstance(x, Load)
+                                                  and any(x.buffer == b for b, _ in rg.direct))}
+    n = 0
+    for s, _ in sched.statements():
+        if id(s) in skip:
+            continue
+        if isinstance(s, Load):
+            n += 2 * s.elements * ctx.cascade.tensors[s.tensor].element_bytes
+        elif isinstance(s, Compute):
+            e = ctx.cascade.einsum(s.einsum)
+            points = math.prod(extent.range_length(r, sched.loops) for r in s.ranges if r.rank in e.out_ranks)
+            n += (3 if s.accumulate is not None else 2) * points * s.executions * ctx.cascade.tensors[e.name].element_bytes
+    return n
 
 
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
@@ -169,4 +237,4 @@ def chain_steps(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_steps", "matrix_waste", "member_ops", "traffic_rows"]
+__all__ = ["Traffic", "TrafficRow", "chain_steps", "matrix_waste", "member_ops", "sector_bytes", "staged_bytes", "traffic_rows"]

@@ -33,6 +33,8 @@ Score = tuple[float, float]
 #: Least share of a group's latency that spreading it over more programs could gain for the search to try
 #: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this).
 SPREAD_MIN_GAIN = 0.05
+#: Most rounds of the local search (:meth:`_Search.descend`); each tries every single and paired move.
+DESCENT_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,23 @@ def tile_options(size: int) -> tuple[int, ...]:
     return tuple(sorted(opts, reverse=True))
 
 
+def search_order(ctx: CostContext, einsums: tuple[str, ...]) -> tuple[str, ...]:
+    """The loop order a group's tilings are searched in: the analysis's, with a recurrence's loop moved innermost
+    on an arch with program slots (the loops outside it can then be the program grid)."""
+    order = ctx.analysis.loop_order(einsums)
+    if not ctx.arch.program_slots:
+        return order
+    seq = {rec.rank for e in einsums if (rec := ctx.cascade.einsum(e).recurrence) is not None}
+    return tuple(r for r in order if r not in seq) + tuple(r for r in order if r in seq)
+
+
 class _Search:
     def __init__(self, ctx: CostContext, einsums: tuple[str, ...], objective: str,
                  stored: frozenset[str] | None) -> None:
         self.ctx, self.einsums, self.objective, self.stored = ctx, einsums, objective, stored
-        an = ctx.analysis
-        self.order = an.loop_order(einsums)
-        self.loops = [r for r, _ in an.tileable(einsums)]
-        if ctx.arch.program_slots:  # a recurrence's loop innermost: the loops outside it can be the program grid
-            seq = {r for e in einsums if (rec := ctx.cascade.einsum(e).recurrence) is not None for r in [rec.rank]}
-            self.order = tuple(r for r in self.order if r not in seq) + tuple(r for r in self.order if r in seq)
-            self.loops = [r for r in self.order if r in set(self.loops)]
+        self.order = search_order(ctx, einsums)
+        tileable = {r for r, _ in ctx.analysis.tileable(einsums)}
+        self.loops = [r for r in self.order if r in tileable]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
         self.seen: dict[tuple, GroupCost | str] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
@@ -182,13 +190,13 @@ class _Search:
         memory = memory_seconds(self.ctx.arch, traffic)
         slots = self.ctx.arch.program_slots
         if not slots:
-            return replace(got, traffic_bytes=traffic, memory_s=memory,
+            return replace(got, traffic_bytes=traffic, memory_s=memory, staging_s=0.0,
                            latency_s=max(got.compute_s, memory, got.chain_s) + got.overhead_s)
         frac = min(1.0, self.widest_grid() / slots)  # the most of the chip any tiling's grid can keep busy
         # every recurrence walks all steps of its rank in some program, one after another, at least one block each
         chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
                     if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
-        return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, chain_s=min(chain, got.chain_s),
+        return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=0.0, chain_s=min(chain, got.chain_s),
                        latency_s=max(max(got.compute_s, memory) / frac, min(chain, got.chain_s)) + got.overhead_s)
 
     def widest_grid(self) -> int:
@@ -232,16 +240,45 @@ class _Search:
             half = max(1, int((slots / have) ** 0.5))
             better({**tiles, outer[0]: min(tiles.get(outer[0], self.size[outer[0]]), at_trips(outer[0], half)),
                     outer[1]: min(tiles.get(outer[1], self.size[outer[1]]), at_trips(outer[1], -(-slots // (have * half))))})
-        while True:
+        return self.descend(*best)
+
+    def descend(self, tiles: dict[str, int], cost: GroupCost) -> tuple[dict[str, int], GroupCost]:
+        """Local search from ``tiles`` until no move costs less: one loop's tile set to any admitted size (the
+        others fixed), and two loops traded against each other (for each admitted tile of one, the largest of the
+        other that fits: occupancy grows with every tile, so only those can be best on the pair's staircase).
+        A pair move is what a single one misses: giving one loop room (a smaller tile of another) only pays once
+        the first grows into it (a contraction's short side widened to the matrix unit's tile)."""
+        best = (dict(tiles), cost)
+
+        def at(base: dict[str, int], r: str, t: int) -> dict[str, int]:
+            return {**base, r: t} if t < self.size[r] else {k: v for k, v in base.items() if k != r}
+
+        def better(cand: dict[str, int]) -> None:
+            nonlocal best
+            if not self.fits(cand):
+                return
+            c = self.cost(cand)
+            if isinstance(c, GroupCost) and score(c, self.objective) < score(best[1], self.objective):
+                best = (cand, c)
+
+        for _ in range(DESCENT_ROUNDS):
             cur = best
             for r in self.loops:
-                now = cur[0].get(r, self.size[r])
-                opts = (self.size[r], *tile_options(self.size[r]))  # descending
-                i = opts.index(now) if now in opts else 0
-                for t in (*opts[i + 1:i + 2], *opts[max(0, i - 1):i]):
-                    better({**cur[0], r: t} if t < self.size[r] else {k: v for k, v in cur[0].items() if k != r})
+                for t in (self.size[r], *tile_options(self.size[r])):
+                    better(at(cur[0], r, t))
+            for i, r0 in enumerate(self.loops):
+                for r1 in self.loops[i + 1:]:
+                    for t0 in (self.size[r0], *tile_options(self.size[r0])):
+                        base = at(cur[0], r0, t0)
+                        if self.fits(at(base, r1, self.size[r1])):
+                            better(at(base, r1, self.size[r1]))
+                        else:
+                            t1 = self.largest(base, r1)
+                            if t1 is not None:
+                                better(at(base, r1, t1))
             if best is cur:
-                return best
+                break
+        return best
 
     def run(self, give_up=None) -> Tiled | Untileable:
         untiled = self.cost({})  # lowered whole: the untiled schedule is cheap and tells whether it fits
@@ -333,4 +370,4 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         return Untileable(einsums, str(err))
 
 
-__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "tile_options", "tiling_bound"]
+__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound"]

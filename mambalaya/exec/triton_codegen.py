@@ -34,8 +34,9 @@ from mambalaya.ir.cascade import Cascade, Einsum
 from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce, walk
 from mambalaya.ir.functions import FUNCTIONS, constant_value
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
-from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses, scan_shape
+from mambalaya.schedule.compute import Contraction, distinct_accesses, dot_plans, scan_shape
 from mambalaya.schedule.extent import range_length
+from mambalaya.schedule.registers import RegisterGemm, register_gemm
 
 #: tl.dot operand precisions (fp32 accumulation in all three).
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -240,15 +241,18 @@ def _resolve(ctx: _Ctx, acc: Access) -> tuple[str, tuple[int, ...]]:
 
 
 def _load(ctx: _Ctx, buf: str, idx: list[str], mask: str, depth: int, shape: list[int] | None = None,
-          block: list[int] | None = None) -> str:
+          block: list[int] | None = None, used: set[int | None] | None = None) -> str:
     """A masked read of a buffer at global indices (``shape``: the pointer broadcast to the mask's block); a
     buffer the printer keeps in registers (:class:`RegisterGemm`) is read from its tensor, counted over
-    ``block``."""
+    ``block`` once per element (an axis of the block the read does not vary along, not in ``used``, repeats
+    each element: it is not counted again)."""
     out = ctx.tmp()
     if buf in ctx.direct:
         t = ctx.direct[buf]
         ctx.emit(depth, f"{out} = tl.load({_global_ptr(ctx, t, idx)}, mask={mask}, other=0.0)")
-        _count(ctx, mask, block or [], ctx.slot[t], depth)
+        dims = block or []
+        repeat = math.prod(n for a, n in enumerate(dims) if used is not None and a not in used)
+        _count(ctx, mask, dims, ctx.slot[t], depth, repeat)
         return out
     b = ctx.spec[buf]
     ptr = f"{ctx.bufvar[buf]} + {_offset(idx, ctx.base[buf], b.shape)}"
@@ -286,7 +290,8 @@ def _access(ctx: _Ctx, acc: Access, blk: _Block, depth: int) -> str:
             conds.append((pos, v))
     inside = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds]
     lane = blk.lane(axes)
-    val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth, block=list(blk.shape))
+    val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth, block=list(blk.shape),
+                used=axes)
     if rec is not None and any(p == rec.position for p, _ in conds):
         pos = rec.position
         other = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds if p != pos]
@@ -616,102 +621,18 @@ def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, ac
     ctx.dots += 1
 
 
-# ---- a contraction accumulated in registers ----------------------------------------------------
-
-#: Most elements of a contraction's accumulator kept in registers across its reduction loop: a [128, 256]
-#: fp32 tile, half an H100/H200 SM's register file over the 8 warps such a kernel launches with.
-REGISTER_ACCUMULATOR = 32768
-#: Most elements of its two operand tiles per reduction step (registers too, before tl.dot stages them).
-REGISTER_OPERANDS = 32768
+# ---- a contraction accumulated in registers (:mod:`mambalaya.schedule.registers` finds them) ----------
 
 
-@dataclass(frozen=True)
-class RegisterGemm:
-    """A reduction loop whose only work is one contraction of two loaded operands, its partial sums stored
-    after the loop: printed as one accumulator in registers across the loop, each operand tile loaded from
-    its tensor straight into registers (the schedule's loads, counted as they run), the sums stored from
-    registers (the schedule's store). The data movement is the schedule's; only its buffers live in
-    registers instead of the program's scratch."""
-
-    compute: Compute
-    store: Store
-    plan: Contraction
-    sign: int
-    direct: tuple[tuple[str, str], ...]  # (buffer, tensor) of each operand load
-    bm: int
-    bn: int
-    bk: int
-
-
-def _plain_access(acc: Access, e: Einsum) -> bool:
-    """Each index one of the Einsum's ranks plus a constant, no rank twice: one element read per point."""
-    seen: set[str] = set()
-    for ix in acc.indices:
-        ranks = [x for x in ix.free_symbols if str(x) in e.ranks]
-        if len(ranks) != 1 or str(ranks[0]) in seen or sympy.diff(ix, ranks[0]) != 1:
-            return False
-        seen.add(str(ranks[0]))
-    return True
-
-
-def register_gemm(ctx: _Ctx, loop: LoopBlock, after: object) -> RegisterGemm | None:
-    """The :class:`RegisterGemm` form of ``loop`` followed by statement ``after``, or None."""
-    c, g = ctx.cascade, ctx.sched
-    computes = [x for x in loop.body if isinstance(x, Compute)]
-    loads = [x for x in loop.body if isinstance(x, Load)]
-    if not isinstance(after, Store) or after.guard or len(computes) != 1 or len(loads) + 1 != len(loop.body):
-        return None
-    s = computes[0]
-    e = c.einsum(s.einsum)
-    if (s.accumulate != loop.loop or s.scan or s.inits or after.buffer != s.buffer or after.tensor != e.name
-            or e.recurrence is not None or e.where or len(e.terms()) != 1):
-        return None
-    sign, term, summed = e.terms()[0]
-    plan = contraction(c, e, term, summed, vector=True)
-    if plan is None or len(plan.a) != 1 or len(plan.b) != 1:
-        return None
-    reads, accs = dict(s.reads), distinct_accesses(e)
-    direct: dict[str, str] = {}
-    for f in (*plan.a, *plan.b):
-        if not isinstance(f, Access) or f.tensor in ctx.inline or f not in accs or not _plain_access(f, e):
-            return None
-        buf = reads.get((accs.index(f),))
-        load = next((x for x in loads if x.buffer == buf), None)
-        if load is None or load.slides is not None or load.first_of is not None or load.init_of is not None:
-            return None
-        direct[buf] = load.tensor
-    if len(direct) != 2 or len(loads) != 2 or len(reads) != 2:
-        return None
-    mine = [s, after, *loads]
-    for x, _ in g.statements():  # nothing else touches these buffers
-        if any(x is y for y in mine) or isinstance(x, LoopBlock):
-            continue
-        touched = x.buffers if isinstance(x, Compute) else {x.buffer}
-        if touched & {*direct, s.buffer}:
-            return None
-    rng = ctx.ranges[s.einsum]
-    if any(rng[r].loop == loop.loop for r in (*plan.batch, *plan.m, *plan.n)):
-        return None
-
-    def span(ranks: tuple[str, ...]) -> int:
-        return math.prod(range_length(rng[r], g.loops) for r in ranks)
-
-    if span(plan.batch) != 1:
-        return None
-    bm, bn, bk = (max(16, _pow2(span(x))) for x in (plan.m, plan.n, plan.k))
-    if bm * bn > REGISTER_ACCUMULATOR or (bm + bn) * bk > REGISTER_OPERANDS:
-        return None
-    return RegisterGemm(s, after, plan, sign, tuple(direct.items()), bm, bn, bk)
-
-
-def _count(ctx: _Ctx, mask: str, shape: list[int], slot: int, depth: int) -> None:
-    """With COUNT, add the lanes of ``mask`` (broadcast to ``shape``) to counter ``slot``."""
+def _count(ctx: _Ctx, mask: str, shape: list[int], slot: int, depth: int, repeat: int = 1) -> None:
+    """With COUNT, add the lanes of ``mask`` (broadcast to ``shape``; each element ``repeat`` times) to counter
+    ``slot``."""
     n = ctx.tmp("nc")
     ctx.emit(depth, "if COUNT:")
     ctx.emit(depth + 1, f"{n} = (({mask}) & (tl.zeros({shape}, tl.int32) == 0)).to(tl.int64)")
     for _ in shape:
         ctx.emit(depth + 1, f"{n} = tl.sum({n}, axis=0)")
-    ctx.emit(depth + 1, f"tl.atomic_add(tc + {slot}, {n})")
+    ctx.emit(depth + 1, f"tl.atomic_add(tc + {slot}, {n} // {repeat})" if repeat > 1 else f"tl.atomic_add(tc + {slot}, {n})")
 
 
 def _global_ptr(ctx: _Ctx, tensor: str, idx: list[str]) -> str:
@@ -784,9 +705,7 @@ def _print_register_gemm(ctx: _Ctx, rg: RegisterGemm, loop: LoopBlock, depth: in
 
 def _emit_einsum(ctx: _Ctx, e: Einsum, depth: int, accumulate: bool) -> None:
     terms = e.terms()
-    plans = [contraction(ctx.cascade, e, t, s, vector=True) for _, t, s in terms]
-    plans = [p if p is not None and not any(isinstance(n, Reduce) for f in (*p.a, *p.b) for n in walk(f)) else None
-             for p in plans]
+    plans = dot_plans(ctx.cascade, e)
     ctx.emit(depth, f"# {e.text}")
     if not any(plans):
         _emit_pointwise(ctx, e, depth, terms, accumulate)
@@ -1001,28 +920,33 @@ def _copy(ctx: _Ctx, stmt: Load | Store, depth: int) -> None:
         ctx.emit(depth, f"{q}_lo = tl.where({ctx.names.first(stmt.slide_loop)}, {q}_lo, tl.maximum({q}_lo, {prev} + 1))")
         ctx.emit(depth, f"{prev} = {q}_hi")
     bases = _base_code(ctx, b, depth)
-    ns = [f"tl.maximum({q}_hi - {q}_lo + 1, 0)" for q in names]
-    cnt = ctx.var(depth, " * ".join(ns) or "1", "n")
+    ns = [ctx.var(depth, f"tl.maximum({q}_hi - {q}_lo + 1, 0)", "n") for q in names]
     blk = min(_pow2(b.elements), ctx.opts.block)
     f0, fv, moved = ctx.tmp("c"), ctx.tmp("cv"), ctx.tmp("mv")
     ctx.emit(depth, f"{moved} = tl.full([], 0, tl.int64)")
     ctx.emit(depth, f"for {f0} in range(0, {b.elements}, {blk}):")
     d = depth + 1
     ctx.emit(d, f"{fv} = {f0} + tl.arange(0, {blk})")
-    lane = ctx.var(d, f"{fv} < {cnt}", "m")
-    rem = fv
-    offs = []
-    for q, n in zip(reversed(names), reversed(ns), strict=True):
-        a = ctx.var(d, f"{rem} % tl.maximum({n}, 1)", "a")
-        offs.append(f"{q}_lo + {a}")
-        rem = ctx.var(d, f"{rem} // tl.maximum({n}, 1)", "r")
+    # the flat index walks the buffer's static shape (constant divisors: shifts for powers of two, a multiply
+    # otherwise), each axis masked to the box's extent this execution
+    rem, offs, inside = fv, [], []
+    for i, (q, n) in enumerate(zip(reversed(names), reversed(ns), strict=True)):
+        ext = b.shape[len(names) - 1 - i]
+        a = ctx.var(d, f"{rem} % {ext}", "a") if ext > 1 else "0"
+        offs.append(f"{q}_lo + {a}" if a != "0" else f"{q}_lo")
+        inside.append(f"({a} < {n})" if a != "0" else f"({n} > 0)")
+        if i < len(names) - 1:
+            rem = ctx.var(d, f"{rem} // {ext}", "r") if ext > 1 else rem
     offs = offs[::-1]
+    lane = ctx.var(d, " & ".join([f"({fv} < {b.elements})", *inside]), "m")
     shape = c.shape(stmt.tensor)
     wide = math.prod(shape) >= 2**31
     gl = " + ".join((f"({o}).to(tl.int64) * {st}" if wide else f"({o}) * {st}") for o, st in zip(offs, _strides(shape),
                                                                                               strict=True)) or "0"
     src = f"{ctx.params[stmt.tensor]} + {gl}"
     dst = f"{ctx.bufvar[stmt.buffer]} + {_offset([f'({o})' for o in offs], bases, b.shape)}"
+    if all(x <= 1 for x in b.shape):  # (one element: the pointers are scalars, the mask a block)
+        src, dst = (f"{x} + tl.zeros([{blk}], tl.int32)" for x in (src, dst))
     if isinstance(stmt, Load):
         ctx.emit(d, f"tl.store({dst}, tl.load({src}, mask={lane}), mask={lane})")
     else:
@@ -1072,7 +996,7 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
         if isinstance(s, LoopBlock):
             lp = g.loops[s.loop]
             j = s.loop
-            rg = register_gemm(ctx, s, body[i + 1] if i + 1 < len(body) else None) if j >= g.grid else None
+            rg = register_gemm(ctx.cascade, g, s, body[i + 1] if i + 1 < len(body) else None) if j >= g.grid else None
             if rg is not None:
                 ctx.emit(depth, f"lo{j} = tl.full([], {(lp.trips - 1) * lp.tile}, tl.int32)")
                 ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
@@ -1178,4 +1102,4 @@ def group_kernel_source(cascade: Cascade, g: GroupSchedule, dtype: str, opts: Tr
                         ctx.warps, tuple(ctx.in_registers))
 
 
-__all__ = ["PRECISIONS", "REGISTER_ACCUMULATOR", "TRITON_INDEX", "RegisterGemm", "TritonKernel", "TritonOptions", "Unsupported", "group_kernel_source"]
+__all__ = ["PRECISIONS", "TRITON_INDEX", "TritonKernel", "TritonOptions", "Unsupported", "group_kernel_source"]

@@ -109,6 +109,14 @@ def _contraction(c: Cascade, e: Einsum, term: Node, summed: frozenset[str], vect
     return best
 
 
+def dot_plans(c: Cascade, e: Einsum) -> list[Contraction | None]:
+    """Per summed term of ``e`` (:meth:`Einsum.terms`), its matrix-unit plan, or None where the term runs
+    element-wise (no worthwhile split, or a factor that is itself a reduction)."""
+    plans = [contraction(c, e, t, s, vector=True) for _, t, s in e.terms()]
+    return [p if p is not None and not any(isinstance(n, Reduce) for f in (*p.a, *p.b) for n in walk(f)) else None
+            for p in plans]
+
+
 def pointwise(e: Einsum, masked: bool = True) -> bool:
     """No reduction, recurrence or repeated output rank (a ``where`` over its own output ranks allowed when
     ``masked``: its value is zero outside the mask)."""
@@ -270,4 +278,4 @@ def _final(e: Einsum, reads: list[Access], outs: tuple[str, ...], position: int,
 
 
 __all__ = ["GEMM_MIN", "GEMV_MIN", "RECOMPUTE_MAX", "Contraction", "EffectiveRead", "choose_inline", "contraction",
-           "distinct_accesses", "effective_reads", "pointwise", "scan_consumers", "scan_shape"]
+           "distinct_accesses", "dot_plans", "effective_reads", "pointwise", "scan_consumers", "scan_shape"]

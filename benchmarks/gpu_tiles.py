@@ -1,0 +1,179 @@
+"""One fused group's generated Triton kernel at several tilings: measured on the GPU next to the h200 model.
+
+    python benchmarks/gpu_tiles.py OUT.json                          # on the GPU
+    python benchmarks/gpu_tiles.py --table OUT.json --md benchmarks/results/gpu_tiles.md   # anywhere
+    TRITON_INTERPRET=1 python benchmarks/gpu_tiles.py /tmp/t.json --dry                      # CPU self-test
+
+The question it answers: where the cost model and the generated kernels disagree, which kind of kernel
+misses and how (the evidence the h200 spec's numbers and the model's terms are checked against). Each
+case is one group of Mamba-2 (mamba2-370m, batch 1, seqlen 4096) at one tiling: the mapper's choice and
+its neighbours (a GEMM's accumulator and K tile, the SSD's batched products, the chunk recurrence). A
+case's kernel is printed from the same schedule the model prices (``CostContext.lower``), run on random
+operands (its values do not change its time) as a CUDA-graph replay of 4 launches (median of 10), and
+priced with ``group_costs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+POINT = ("mamba2-370m", 1, 4096)
+#: (group, tiles): what each case runs
+CASES: tuple[tuple[str, dict[str, int]], ...] = (
+    ("Z", {"e": 8, "l": 256, "d": 128}), ("Z", {"e": 64, "l": 256, "d": 128}), ("Z", {"e": 32, "l": 128, "d": 128}),
+    ("Z", {"e": 64, "l": 128, "d": 128}), ("Z", {"e": 32, "l": 128, "d": 64}), ("Z", {"e": 32, "l": 64, "d": 128}),
+    ("XBC0", {"e": 4, "l": 32, "x": 1024}), ("XBC0", {"e": 16, "l": 256, "x": 96}),
+    ("XBC0", {"e": 32, "l": 128, "x": 128}), ("XBC0", {"e": 64, "l": 128, "x": 128}),
+    ("XBC0", {"e": 32, "l": 128, "x": 64}),
+    ("OUT", {"d": 16, "l": 256, "e": 128}), ("OUT", {"d": 64, "l": 256, "e": 128}),
+    ("OUT", {"d": 32, "l": 128, "e": 128}), ("OUT", {"d": 64, "l": 128, "e": 64}),
+    ("YO", {"n": 8, "p": 2, "c": 2}), ("YO", {"n": 32, "c": 1, "h": 2}), ("YO", {"c": 1, "h": 1, "q": 128}),
+    ("YO", {"c": 1, "h": 2, "q": 64}), ("YO", {"c": 1, "h": 1, "q": 64}),
+    ("CB", {"n": 4, "c": 1, "q": 32}), ("CB", {"c": 1, "q": 32}), ("CB", {"c": 1, "q": 64, "s": 64}),
+    ("XDT,LM,YD,DS,ST", {"s": 16, "c": 1, "h": 2}), ("XDT,LM,YD,DS,ST", {"c": 1, "h": 1, "s": 64}),
+    ("XDT,LM,YD,DS,ST", {"c": 1, "h": 1, "p": 32, "s": 32}),
+    ("S,SF", {"c": 1, "h": 1, "p": 8}), ("S,SF", {"c": 1, "h": 1, "p": 16}),
+    ("Y,YG,NV,YN", {"p": 1, "l": 4}), ("Y,YG,NV,YN", {"l": 8}), ("Y,YG,NV,YN", {"l": 2}),
+    ("XBC1,XBC", {"l": 2048, "x": 9}), ("XBC1,XBC", {"l": 64, "x": 256}), ("XBC1,XBC", {"l": 256, "x": 8}),
+    ("XDT", {"l": 1, "h": 4}), ("XDT", {"l": 16, "h": 8}), ("LM,YD", {"h": 1, "c": 1, "q": 128}),
+    ("LM,YD", {"h": 1, "c": 1, "q": 64}), ("ST", {"c": 1, "h": 2, "q": 128}), ("ST", {"c": 1, "h": 1}),
+    ("DT,A,DA,ACS,DS", {"h": 4, "c": 1}), ("DT0", {"e": 256, "l": 32}), ("DT0", {"l": 64}),
+)
+
+
+def _context(dry: bool):
+    from mambalaya.arch import load_arch
+    from mambalaya.cost.context import CostContext
+    from mambalaya.parse import open_cascade
+
+    model, batch, seqlen = POINT
+    cascade = open_cascade("mamba2", model=model, params={"batch": batch, "seqlen": 256 if dry else seqlen})
+    return cascade, CostContext(cascade, load_arch("h200"))
+
+
+def measure(out: Path, dry: bool = False, precision: str = "tf32") -> None:
+    import torch
+
+    from mambalaya.cost.model import group_costs
+    from mambalaya.cost.tiling import search_order
+    from mambalaya.exec.triton_backend import compile_group, kernel_times_s
+    from mambalaya.exec.triton_codegen import TritonOptions
+    from mambalaya.ir.mapping import FusionGroup
+
+    cascade, ctx = _context(dry)
+    dev = "cpu" if dry else "cuda"
+    opts = TritonOptions(precision=precision, interpret=dry)
+    rows = []
+    for names, tiles in CASES:
+        einsums = tuple(names.split(","))
+        order = search_order(ctx, einsums)  # (the tile search's: a recurrence's loop innermost)
+        tiles = {r: t for r, t in tiles.items() if t < cascade.rank_size(r)}
+        row: dict = {"group": names, "tiles": tiles}
+        try:
+            sched = ctx.lower(FusionGroup(einsums, order, tiles), None, check=False)
+        except Exception as err:  # noqa: BLE001 - a tiling the schedule refuses is a row, not a stop
+            rows.append({**row, "error": f"{type(err).__name__}: {err}"})
+            continue
+        cost = group_costs(ctx, sched)[0]
+        row.update(predicted_s=cost.latency_s, compute_s=cost.compute_s, memory_s=cost.memory_s,
+                   traffic_bytes=cost.traffic_bytes, occupancy_bytes=sched.occupancy_bytes,
+                   accumulator_bytes=sched.accumulator_bytes, programs=cost.programs)
+        t0 = time.perf_counter()
+        gk = compile_group(cascade, sched, "float32", opts)
+        if gk.kernel is None:
+            rows.append({**row, "error": gk.reason})
+            continue
+        pk = gk.printed
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        args = [torch.randn(cascade.shape(t), generator=gen).to(dev) * 0.1 for t in pk.params]
+        arena = torch.zeros(pk.programs * pk.arena, device=dev)
+        tc = torch.zeros(2 * len(pk.params), dtype=torch.int64, device=dev)
+        kw = {} if dry else {"num_warps": pk.num_warps}
+
+        def launch(kernel=gk.kernel, args=args, arena=arena, tc=tc, n=pk.programs, kw=kw) -> None:
+            kernel[(n,)](*args, arena, tc, 0, COUNT=False, **kw)
+
+        try:
+            launch()
+            if dry:
+                ts = [0.0]
+            else:
+                torch.cuda.synchronize()
+                ts = kernel_times_s(torch, launch, 10)
+        except Exception as err:  # noqa: BLE001 - a kernel that fails to compile is a row
+            rows.append({**row, "error": f"{type(err).__name__}: {str(err)[:300]}"})
+            continue
+        row.update(measured_s=statistics.median(ts), compile_s=time.perf_counter() - t0, arena_elements=pk.arena,
+                   num_warps=pk.num_warps, dots=pk.dots, in_registers=list(pk.in_registers))
+        rows.append(row)
+        print(f"{names:18s} {json.dumps(tiles):40s} measured {row['measured_s'] * 1e3:8.3f} ms  predicted "
+              f"{row['predicted_s'] * 1e3:7.3f} ms  programs {row['programs']}", flush=True)
+        out.write_text(json.dumps(_doc(rows, precision), indent=1))
+    out.write_text(json.dumps(_doc(rows, precision), indent=1))
+
+
+def _doc(rows: list[dict], precision: str) -> dict:
+    env: dict = {"python": platform.python_version(), "precision": precision,
+                 "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    try:
+        import torch
+        import triton
+
+        env.update(torch=torch.__version__, triton=triton.__version__,
+                   device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
+    except ImportError:
+        pass
+    return {"point": list(POINT), "env": env, "rows": rows}
+
+
+def table(doc: dict) -> str:
+    env = doc["env"]
+    lines = ["# One group's generated kernel at several tilings, measured vs the h200 model\n",
+             f"Measured {env['when']} on {env.get('device')} (torch {env.get('torch')}, triton {env.get('triton')}), "
+             f"{env['precision']} products, with `python benchmarks/gpu_tiles.py OUT.json`; table: "
+             f"`python benchmarks/gpu_tiles.py --table OUT.json --md benchmarks/results/gpu_tiles.md`. "
+             f"Point: {doc['point'][0]} batch {doc['point'][1]} seqlen {doc['point'][2]}. A time is the median "
+             "CUDA-graph replay of 4 launches / 4.\n",
+             "| group | tiles | programs | on chip KiB | accumulator KiB | in registers | measured ms | predicted ms "
+             "| ratio |", "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for r in doc["rows"]:
+        tiles = " ".join(f"{k}{v}" for k, v in r["tiles"].items()) or "untiled"
+        if "measured_s" not in r:
+            lines.append(f"| {r['group']} | {tiles} | | | | | {r.get('error', '')[:80]} | | |")
+            continue
+        regs = ", ".join(r["in_registers"]) or "-"
+        lines.append(f"| {r['group']} | {tiles} | {r['programs']} | {r['occupancy_bytes'] / 1024:.0f} | "
+                     f"{r['accumulator_bytes'] / 1024:.0f} | {regs} | {r['measured_s'] * 1e3:.3f} | "
+                     f"{r['predicted_s'] * 1e3:.3f} | {r['measured_s'] / r['predicted_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", nargs="?", type=Path)
+    ap.add_argument("--dry", action="store_true", help="CPU self-test under TRITON_INTERPRET=1 at a short seqlen")
+    ap.add_argument("--precision", default="tf32", choices=("fp32", "tf32", "bf16"))
+    ap.add_argument("--table", type=Path, help="print the table of a measured OUT.json")
+    ap.add_argument("--md", type=Path, help="with --table: write it here")
+    a = ap.parse_args()
+    if a.table:
+        text = table(json.loads(a.table.read_text()))
+        if a.md:
+            a.md.write_text(text)
+        print(text)
+        return
+    if a.out is None:
+        ap.error("give OUT.json (or --table)")
+    measure(a.out, a.dry, a.precision)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Which loops of a schedule a GPU printer runs in registers: a contraction summed across a tile loop.
+
+A reduction loop whose only work is one contraction of two loaded operands, its sums stored after the
+loop, needs no scratch: the accumulator stays in registers across the loop and each operand tile goes
+from its tensor straight to registers (:class:`RegisterGemm`). The Triton printer prints these loops so;
+the cost model charges no on-chip staging for them (the rest of a group stages every element it loads or
+computes through the program's scratch). The data movement (the schedule's loads and stores) is the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sympy
+
+from mambalaya.ir.cascade import Cascade, Einsum
+from mambalaya.ir.expr import Access
+from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses
+from mambalaya.schedule.extent import range_length
+from mambalaya.schedule.ir import Compute, GroupSchedule, Load, LoopBlock, Store
+
+#: Most elements of a contraction's accumulator kept in registers across its reduction loop: a [128, 128]
+#: fp32 tile (64 KiB over 8 warps, 64 registers a thread). Measured on an H200 (benchmarks/results/
+#: gpu_tiles.md): a [128, 128] accumulator ran at 0.8-1.0x the roofline, [256, 128] and [32, 1024] at 2.1x
+#: and 5.3x (spilled registers).
+REGISTER_ACCUMULATOR = 16384
+#: Most elements of its two operand tiles per reduction step: Triton stages them in shared memory, 3 deep;
+#: (256 + 128) x 64 needed 288 KiB of the 227 KiB a program may hold and did not compile, (128 + 128) x 64
+#: (192 KiB) did.
+REGISTER_OPERANDS = 16384
+
+
+@dataclass(frozen=True)
+class RegisterGemm:
+    """A reduction loop whose only work is one contraction of two loaded operands, its partial sums stored
+    after the loop: printed as one accumulator in registers across the loop, each operand tile loaded from
+    its tensor straight into registers (the schedule's loads, counted as they run), the sums stored from
+    registers (the schedule's store). The data movement is the schedule's; only its buffers live in
+    registers instead of the program's scratch."""
+
+    compute: Compute
+    store: Store
+    plan: Contraction
+    sign: int
+    direct: tuple[tuple[str, str], ...]  # (buffer, tensor) of each operand load
+    bm: int
+    bn: int
+    bk: int
+
+
+def _plain_access(acc: Access, e: Einsum) -> bool:
+    """Each index one of the Einsum's ranks plus a constant, no rank twice: one element read per point."""
+    seen: set[str] = set()
+    for ix in acc.indices:
+        ranks = [x for x in ix.free_symbols if str(x) in e.ranks]
+        if len(ranks) != 1 or str(ranks[0]) in seen or sympy.diff(ix, ranks[0]) != 1:
+            return False
+        seen.add(str(ranks[0]))
+    return True
+
+
+def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) -> RegisterGemm | None:
+    """The :class:`RegisterGemm` form of ``loop`` (a block of ``g``) followed by statement ``after``, or None."""
+    inline = {m for m, _ in g.inline}
+    computes = [x for x in loop.body if isinstance(x, Compute)]
+    loads = [x for x in loop.body if isinstance(x, Load)]
+    if not isinstance(after, Store) or after.guard or len(computes) != 1 or len(loads) + 1 != len(loop.body):
+        return None
+    s = computes[0]
+    e = c.einsum(s.einsum)
+    if (s.accumulate != loop.loop or s.scan or s.inits or after.buffer != s.buffer or after.tensor != e.name
+            or e.recurrence is not None or e.where or len(e.terms()) != 1):
+        return None
+    sign, term, summed = e.terms()[0]
+    plan = contraction(c, e, term, summed, vector=True)
+    if plan is None or len(plan.a) != 1 or len(plan.b) != 1:
+        return None
+    reads, accs = dict(s.reads), distinct_accesses(e)
+    direct: dict[str, str] = {}
+    for f in (*plan.a, *plan.b):
+        if not isinstance(f, Access) or f.tensor in inline or f not in accs or not _plain_access(f, e):
+            return None
+        buf = reads.get((accs.index(f),))
+        load = next((x for x in loads if x.buffer == buf), None)
+        if load is None or load.slides is not None or load.first_of is not None or load.init_of is not None:
+            return None
+        direct[buf] = load.tensor
+    if len(direct) != 2 or len(loads) != 2 or len(reads) != 2:
+        return None
+    mine = [s, after, *loads]
+    for x, _ in g.statements():  # nothing else touches these buffers
+        if any(x is y for y in mine) or isinstance(x, LoopBlock):
+            continue
+        touched = x.buffers if isinstance(x, Compute) else {x.buffer}
+        if touched & {*direct, s.buffer}:
+            return None
+    rng = dict(zip(e.ranks, g.ranges[s.einsum], strict=True))
+    if any(rng[r].loop == loop.loop for r in (*plan.batch, *plan.m, *plan.n)):
+        return None
+
+    def span(ranks: tuple[str, ...]) -> int:
+        return math.prod(range_length(rng[r], g.loops) for r in ranks)
+
+    if span(plan.batch) != 1:
+        return None
+    bm, bn, bk = (max(16, 1 << max(0, span(x) - 1).bit_length()) for x in (plan.m, plan.n, plan.k))
+    if bm * bn > REGISTER_ACCUMULATOR or (bm + bn) * bk > REGISTER_OPERANDS:
+        return None
+    return RegisterGemm(s, after, plan, sign, tuple(direct.items()), bm, bn, bk)
+
+
+def register_loops(c: Cascade, g: GroupSchedule) -> list[RegisterGemm]:
+    """Every loop of ``g`` inside its program grid that is a :class:`RegisterGemm` (with the store after it)."""
+    out: list[RegisterGemm] = []
+
+    def walk(body: tuple) -> None:
+        for i, s in enumerate(body):
+            if isinstance(s, LoopBlock):
+                rg = register_gemm(c, g, s, body[i + 1] if i + 1 < len(body) else None) if s.loop >= g.grid else None
+                if rg is not None:
+                    out.append(rg)
+                else:
+                    walk(s.body)
+
+    walk(g.body)
+    return out
+
+
+__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "register_gemm", "register_loops"]
