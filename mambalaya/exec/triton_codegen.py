@@ -431,39 +431,45 @@ def _bound(ctx: _Ctx, rank: str) -> tuple[str, str, int]:
     return lo, hi, range_length(ctx.ranges[ctx.cur[0]][rank], ctx.sched.loops)
 
 
-def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str]], flat: str, depth: int, blk: _Block, axis: int | None,
-               scalar: bool) -> str:
-    """Bind each rank of ``ext`` ((rank, lo, hi) each) from the flat index ``flat`` (the last rank fastest) in
-    ``blk`` on ``axis``; return the lane mask. One rank of a block is its vector itself (no division: Triton
-    sees the index contiguous and vectorises its loads)."""
-    total = " * ".join(f"({hi} - {lo})" if lo != "0" else hi for _, lo, hi in ext) or "1"
-    lane = f"{flat} < {total}" if ext else f"{flat} < 1"
+def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str, int]], flat: str, depth: int, blk: _Block,
+               axis: int | None, scalar: bool) -> str:
+    """Bind each rank of ``ext`` ((rank, lo, hi, most elements its range spans) each) from the flat index ``flat``
+    (the last rank fastest) in ``blk`` on ``axis``; return the lane mask. The flat index walks the ranks' static
+    spans (constant divisors: shifts or a multiply, not a division), each rank masked to its range this
+    execution. One rank of a block is its vector itself (Triton sees the index contiguous and vectorises)."""
+    if not ext:
+        lane = f"{flat} < 1"
+        blk.lanes.setdefault(axis, []).append(lane)
+        return lane
+    parts = [f"({flat} < {math.prod(n for *_, n in ext)})"]
     rem = flat
-    for i, (r, lo, hi) in enumerate(reversed(ext)):
-        n = f"({hi} - {lo})" if lo != "0" else hi
+    for i, (r, lo, hi, n) in enumerate(reversed(ext)):
+        span = f"({hi} - {lo})" if lo != "0" else hi
         v = f"i_{r}" if scalar else f"i_{r}_"
         if len(ext) == 1:
-            ctx.emit(depth, f"{v} = {lo} + {rem}" if lo != "0" else f"{v} = {rem}")
-        else:
-            ctx.emit(depth, f"{v} = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0"
-                     else f"{v} = {rem} % tl.maximum({n}, 1)")
-            if i < len(ext) - 1:
-                nxt = ctx.tmp("q")
-                ctx.emit(depth, f"{nxt} = {rem} // tl.maximum({n}, 1)")
-                rem = nxt
+            local = rem
+        elif n > 1:
+            local = ctx.var(depth, f"{rem} % {n}", "a")
+        else:  # (one element: a vector of zeros keeps the index a block where the flat index is one)
+            local = "0" if scalar else ctx.var(depth, f"{rem} * 0", "a")
+        ctx.emit(depth, f"{v} = {lo} + {local}" if lo != "0" else f"{v} = {local}")
+        parts.append(f"({local} < {span})" if local != "0" else f"({span} > 0)")
+        if len(ext) > 1 and i < len(ext) - 1 and n > 1:
+            rem = ctx.var(depth, f"{rem} // {n}", "q")
         blk.rv[r] = v
         blk.axis[r] = axis
+    lane = " & ".join(parts)
     blk.lanes.setdefault(axis, []).append(lane)
     return lane
 
 
-def _extents(ctx: _Ctx, ranks: tuple[str, ...]) -> tuple[list[tuple[str, str, str]], int]:
-    """((rank, lo, hi) per rank, the most elements their ranges ever span together)."""
+def _extents(ctx: _Ctx, ranks: tuple[str, ...]) -> tuple[list[tuple[str, str, str, int]], int]:
+    """((rank, lo, hi, most elements its range spans) per rank, the most elements they ever span together)."""
     ext, nmax = [], 1
     for r in ranks:
         lo, hi, n = _bound(ctx, r)
-        ext.append((r, lo, hi))
-        nmax *= n
+        ext.append((r, lo, hi, max(1, n)))
+        nmax *= max(1, n)
     return ext, nmax
 
 
