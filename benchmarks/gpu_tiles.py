@@ -25,8 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-POINT = ("mamba2-370m", 1, 4096)
-#: (group, tiles): what each case runs
+#: family -> (model, batch, seqlen)
+POINTS = {"mamba2": ("mamba2-370m", 1, 4096), "mamba1": ("mamba-370m", 1, 4096)}
+POINT = POINTS["mamba2"]
+#: Mamba-1's cases: its fused scan group at several tiles (a recurrence's tile loop: its steps' latency), and
+#: the scan alone
+MAMBA1_CASES: tuple[tuple[str, dict[str, int]], ...] = (
+    ("DT,A,DA,BX,H,SY,Y,G,HF", {"d": 2, "l": 1}), ("DT,A,DA,BX,H,SY,Y,G,HF", {"d": 16, "l": 1}),
+    ("DT,A,DA,BX,H,SY,Y,G,HF", {"d": 2, "l": 8}), ("DT,A,DA,BX,H,SY,Y,G,HF", {"d": 16, "l": 16}),
+    ("H", {"d": 16}), ("H", {"d": 16, "l": 16}), ("DA,BX,H,SY", {"d": 16, "l": 1}),
+)
+#: (group, tiles): what each Mamba-2 case runs
 CASES: tuple[tuple[str, dict[str, int]], ...] = (
     ("Z", {"e": 8, "l": 256, "d": 128}), ("Z", {"e": 64, "l": 256, "d": 128}), ("Z", {"e": 32, "l": 128, "d": 128}),
     ("Z", {"e": 64, "l": 128, "d": 128}), ("Z", {"e": 32, "l": 128, "d": 64}), ("Z", {"e": 32, "l": 64, "d": 128}),
@@ -49,13 +58,13 @@ CASES: tuple[tuple[str, dict[str, int]], ...] = (
 )
 
 
-def _context(dry: bool):
+def _context(dry: bool, family: str = "mamba2"):
     from mambalaya.arch import load_arch
     from mambalaya.cost.context import CostContext
     from mambalaya.parse import open_cascade
 
-    model, batch, seqlen = POINT
-    cascade = open_cascade("mamba2", model=model, params={"batch": batch, "seqlen": 256 if dry else seqlen})
+    model, batch, seqlen = POINTS[family]
+    cascade = open_cascade(family, model=model, params={"batch": batch, "seqlen": 256 if dry else seqlen})
     return cascade, CostContext(cascade, load_arch("h200"))
 
 
@@ -68,15 +77,16 @@ def measure(out: Path, dry: bool = False, precision: str = "tf32") -> None:
     from mambalaya.exec.triton_codegen import TritonOptions
     from mambalaya.ir.mapping import FusionGroup
 
-    cascade, ctx = _context(dry)
+    contexts = {f: _context(dry, f) for f in POINTS}
     dev = "cpu" if dry else "cuda"
     opts = TritonOptions(precision=precision, interpret=dry)
     rows = []
-    for names, tiles in CASES:
+    for family, names, tiles in [("mamba2", *c) for c in CASES] + [("mamba1", *c) for c in MAMBA1_CASES]:
+        cascade, ctx = contexts[family]
         einsums = tuple(names.split(","))
         order = search_order(ctx, einsums)  # (the tile search's: a recurrence's loop innermost)
         tiles = {r: t for r, t in tiles.items() if t < cascade.rank_size(r)}
-        row: dict = {"group": names, "tiles": tiles}
+        row: dict = {"family": family, "model": POINTS[family][0], "group": names, "tiles": tiles}
         try:
             sched = ctx.lower(FusionGroup(einsums, order, tiles), None, check=False)
         except Exception as err:  # noqa: BLE001 - a tiling the schedule refuses is a row, not a stop
@@ -131,7 +141,7 @@ def _doc(rows: list[dict], precision: str) -> dict:
                    device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
     except ImportError:
         pass
-    return {"point": list(POINT), "env": env, "rows": rows}
+    return {"point": list(POINT), "points": {f: list(p) for f, p in POINTS.items()}, "env": env, "rows": rows}
 
 
 def table(doc: dict) -> str:
@@ -140,17 +150,18 @@ def table(doc: dict) -> str:
              f"Measured {env['when']} on {env.get('device')} (torch {env.get('torch')}, triton {env.get('triton')}), "
              f"{env['precision']} products, with `python benchmarks/gpu_tiles.py OUT.json`; table: "
              f"`python benchmarks/gpu_tiles.py --table OUT.json --md benchmarks/results/gpu_tiles.md`. "
-             f"Point: {doc['point'][0]} batch {doc['point'][1]} seqlen {doc['point'][2]}. A time is the median "
-             "CUDA-graph replay of 4 launches / 4.\n",
-             "| group | tiles | programs | on chip KiB | accumulator KiB | in registers | measured ms | predicted ms "
-             "| ratio |", "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "Points: " + ", ".join(f"{m} batch {b} seqlen {n}" for m, b, n in doc.get("points", {"mamba2": doc["point"]})
+                                    .values()) + ". A time is the median CUDA-graph replay of 4 launches / 4.\n",
+             "| model | group | tiles | programs | on chip KiB | accumulator KiB | in registers | measured ms | predicted ms "
+             "| ratio |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in doc["rows"]:
         tiles = " ".join(f"{k}{v}" for k, v in r["tiles"].items()) or "untiled"
         if "measured_s" not in r:
-            lines.append(f"| {r['group']} | {tiles} | | | | | {r.get('error', '')[:80]} | | |")
+            lines.append(f"| {r.get('model', doc['point'][0])} | {r['group']} | {tiles} | | | | | "
+                         f"{r.get('error', '')[:80]} | | |")
             continue
         regs = ", ".join(r["in_registers"]) or "-"
-        lines.append(f"| {r['group']} | {tiles} | {r['programs']} | {r['occupancy_bytes'] / 1024:.0f} | "
+        lines.append(f"| {r.get('model', doc['point'][0])} | {r['group']} | {tiles} | {r['programs']} | {r['occupancy_bytes'] / 1024:.0f} | "
                      f"{r['accumulator_bytes'] / 1024:.0f} | {regs} | {r['measured_s'] * 1e3:.3f} | "
                      f"{r['predicted_s'] * 1e3:.3f} | {r['measured_s'] / r['predicted_s']:.2f} |")
     return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
 from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
 from mambalaya.schedule.compute import dot_plans
-from mambalaya.schedule.registers import register_loops
+from mambalaya.schedule.registers import read_in_place, register_loops
 
 
 @dataclass(frozen=True)
@@ -171,12 +171,15 @@ def staged_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
     """Bytes a group moves through its programs' scratch (priced at ``arch.staging_bandwidth``; 0 without one):
     each loaded element written to it and read back (2 accesses), each computed element written and read by
     its consumer or its store (2; 3 for a partial sum: read, added to, written), per execution. A loop the GPU
-    printers keep in registers (:func:`~mambalaya.schedule.registers.register_loops`) stages nothing. A rule
+    printers keep in registers (:func:`~mambalaya.schedule.registers.register_loops`) stages nothing, nor does a
+    load its reader does in place (:func:`~mambalaya.schedule.registers.read_in_place`). A rule
     of thumb fitted to measured kernels (benchmarks/results/gpu_tiles.md), not a count of the accesses the
     printed code makes."""
     if ctx.arch.staging_bandwidth <= 0:
         return 0
     skip: set[int] = set()
+    in_place = read_in_place(ctx.cascade, sched)
+    skip |= {id(x) for x, _ in sched.statements() if isinstance(x, Load) and x.buffer in in_place}
     for rg in register_loops(ctx.cascade, sched):
         skip |= {id(rg.compute), id(rg.store), *(id(x) for x, _ in sched.statements() if isinstance(x, Load)
                                                   and any(x.buffer == b for b, _ in rg.direct))}

@@ -36,7 +36,7 @@ from mambalaya.ir.functions import FUNCTIONS, constant_value
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
 from mambalaya.schedule.compute import Contraction, distinct_accesses, dot_plans, scan_shape
 from mambalaya.schedule.extent import range_length
-from mambalaya.schedule.registers import RegisterGemm, register_gemm
+from mambalaya.schedule.registers import RegisterGemm, direct_loads, register_gemm
 
 #: tl.dot operand precisions (fp32 accumulation in all three).
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -125,6 +125,7 @@ class _Block:
     axis: dict[str, int | None] = field(default_factory=dict)
     lanes: dict[int | None, list[str]] = field(default_factory=dict)
     shape: tuple[int, ...] = ()
+    start: str = ""  # the first index of the flat block loop that binds it (empty: no loop)
 
     def lane(self, axes: set[int | None] | None = None) -> str:
         """The lanes of the given axes (all: None) and the scalar lanes, as one mask (``True``: none)."""
@@ -156,7 +157,8 @@ class _Ctx:
     names: LoopNames = field(default_factory=lambda: LoopNames(TRITON_INDEX))
     params: dict[str, str] = field(default_factory=dict)
     slot: dict[str, int] = field(default_factory=dict)
-    direct: dict[str, str] = field(default_factory=dict)  # buffers held in registers: buffer -> its tensor
+    direct: dict[str, str] = field(default_factory=dict)  # buffers read straight from their tensor: -> tensor
+    count_first: str = ""  # where an operand being printed is read the first time (a dot's first block across it)
     warps: int = 4
     in_registers: list[str] = field(default_factory=list)
     # the member being printed
@@ -241,18 +243,15 @@ def _resolve(ctx: _Ctx, acc: Access) -> tuple[str, tuple[int, ...]]:
 
 
 def _load(ctx: _Ctx, buf: str, idx: list[str], mask: str, depth: int, shape: list[int] | None = None,
-          block: list[int] | None = None, used: set[int | None] | None = None) -> str:
+          block: list[int] | None = None, count: str | None = None) -> str:
     """A masked read of a buffer at global indices (``shape``: the pointer broadcast to the mask's block); a
-    buffer the printer keeps in registers (:class:`RegisterGemm`) is read from its tensor, counted over
-    ``block`` once per element (an axis of the block the read does not vary along, not in ``used``, repeats
-    each element: it is not counted again)."""
+    buffer read straight from its tensor (``ctx.direct``: its load folded into its one reader) is read there,
+    the lanes of ``count`` (each element's first read) counted over ``block``."""
     out = ctx.tmp()
     if buf in ctx.direct:
         t = ctx.direct[buf]
         ctx.emit(depth, f"{out} = tl.load({_global_ptr(ctx, t, idx)}, mask={mask}, other=0.0)")
-        dims = block or []
-        repeat = math.prod(n for a, n in enumerate(dims) if used is not None and a not in used)
-        _count(ctx, mask, dims, ctx.slot[t], depth, repeat)
+        _count(ctx, count or mask, block or [], ctx.slot[t], depth)
         return out
     b = ctx.spec[buf]
     ptr = f"{ctx.bufvar[buf]} + {_offset(idx, ctx.base[buf], b.shape)}"
@@ -290,8 +289,13 @@ def _access(ctx: _Ctx, acc: Access, blk: _Block, depth: int) -> str:
             conds.append((pos, v))
     inside = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds]
     lane = blk.lane(axes)
+    count = None
+    if buf in ctx.direct:  # counted at each element's first read: the ranks it does not vary along at their first
+        e, mine = c.einsum(ctx.cur[-1]), {str(x) for ix in acc.indices for x in ix.free_symbols}
+        first = [f"({blk.rv[r]} == {_bound(ctx, r)[0]})" for r in e.ranks if r not in mine and r in blk.rv]
+        count = " & ".join([blk.lane(None), *inside, *first, *([ctx.count_first] if ctx.count_first else [])])
     val = _load(ctx, buf, idx, " & ".join([lane, *inside]) if inside else lane, depth, block=list(blk.shape),
-                used=axes)
+                count=count)
     if rec is not None and any(p == rec.position for p, _ in conds):
         pos = rec.position
         other = [f"({v} >= 0) & ({v} < {shape[p]})" for p, v in conds if p != pos]
@@ -485,6 +489,7 @@ def _flat_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _
     else:
         ctx.emit(depth, f"for {s}s in range(0, {nmax}, {nblk}):")
         flat = f"{s}v"
+        blk.start = f"{s}s"
         ctx.emit(depth + 1, f"{flat} = {s}s + tl.arange(0, {nblk})")
     lane = _bind_flat(ctx, ext, flat, depth + 1, blk, axis, axis is None)
     return lane, depth + 1
@@ -619,8 +624,11 @@ def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, ac
     acc = ctx.tmp("acc")
     ctx.emit(d, f"{acc} = tl.zeros([{bm}, {bn}], {ctx.dt})")
     _, d2 = _flat_block(ctx, plan.k, bk, d, kb, 0, "k")
+    ctx.count_first = f"({nb.start} == 0)"  # (an operand is read again at every block of the other side)
     a = _dot_operand(ctx, plan.a, _tile(bat, (mb, plan.m), (kb, plan.k), (bm, bk)), d2)
+    ctx.count_first = f"({mb.start} == 0)"
     b = _dot_operand(ctx, plan.b, _tile(bat, (kb, plan.k), (nb, plan.n), (bk, bn)), d2)
+    ctx.count_first = ""
     ctx.emit(d2, f"{acc} += {_dot_code(ctx, a, b)}")
     out = _tile(bat, (mb, plan.m), (nb, plan.n), (bm, bn))
     _store_out(ctx, e, out, acc if sign > 0 else f"(-{acc})", d, accumulate)
@@ -630,15 +638,14 @@ def _emit_dot(ctx: _Ctx, e: Einsum, depth: int, sign: int, plan: Contraction, ac
 # ---- a contraction accumulated in registers (:mod:`mambalaya.schedule.registers` finds them) ----------
 
 
-def _count(ctx: _Ctx, mask: str, shape: list[int], slot: int, depth: int, repeat: int = 1) -> None:
-    """With COUNT, add the lanes of ``mask`` (broadcast to ``shape``; each element ``repeat`` times) to counter
-    ``slot``."""
+def _count(ctx: _Ctx, mask: str, shape: list[int], slot: int, depth: int) -> None:
+    """With COUNT, add the lanes of ``mask`` (broadcast to ``shape``) to counter ``slot``."""
     n = ctx.tmp("nc")
     ctx.emit(depth, "if COUNT:")
     ctx.emit(depth + 1, f"{n} = (({mask}) & (tl.zeros({shape}, tl.int32) == 0)).to(tl.int64)")
     for _ in shape:
         ctx.emit(depth + 1, f"{n} = tl.sum({n}, axis=0)")
-    ctx.emit(depth + 1, f"tl.atomic_add(tc + {slot}, {n} // {repeat})" if repeat > 1 else f"tl.atomic_add(tc + {slot}, {n})")
+    ctx.emit(depth + 1, f"tl.atomic_add(tc + {slot}, {n})")
 
 
 def _global_ptr(ctx: _Ctx, tensor: str, idx: list[str]) -> str:
@@ -658,7 +665,7 @@ def _print_register_gemm(ctx: _Ctx, rg: RegisterGemm, loop: LoopBlock, depth: in
     ctx.emit(depth, f"# {e.text}: summed over {lp.rank} in registers, its operands loaded into registers")
     ctx.cur, ctx.path, ctx.out = [s.einsum], (), s.buffer
     ctx.read_buf, ctx.init_buf, ctx.base, ctx.bounds = dict(s.reads), {}, {}, {}
-    ctx.direct = dict(rg.direct)
+    saved, ctx.direct = ctx.direct, {**ctx.direct, **dict(rg.direct)}
     rng = ctx.ranges[s.einsum]
 
     def bounds(inner: bool, d: int) -> None:
@@ -705,7 +712,7 @@ def _print_register_gemm(ctx: _Ctx, rg: RegisterGemm, loop: LoopBlock, depth: in
     mask = out.lane()
     ctx.emit(depth, f"tl.store({ptr}, {acc if rg.sign > 0 else f'(-{acc})'}, mask={mask})")
     _count(ctx, mask, [rg.bm, rg.bn], ctx.slot[e.name] + 1, depth)
-    ctx.direct = {}
+    ctx.direct = saved
     ctx.dots += 1
 
 
@@ -995,9 +1002,13 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
     """Print statements; ``inside``: how many of the grid loops enclose them."""
     g = ctx.sched
     skip = False
+    direct = direct_loads(ctx.cascade, g, body) if inside >= g.grid else {}
+    saved, ctx.direct = ctx.direct, {**ctx.direct, **direct}
     for i, s in enumerate(body):
         if skip:  # the store a register GEMM printed
             skip = False
+            continue
+        if isinstance(s, Load) and s.buffer in direct:  # read where it is used
             continue
         if isinstance(s, LoopBlock):
             lp = g.loops[s.loop]
@@ -1049,6 +1060,7 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
         elif isinstance(s, Compute):
             _compute(ctx, s, depth)
         ctx.emit(depth, "tl.debug_barrier()")
+    ctx.direct = saved
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""Which loops of a schedule a GPU printer runs in registers: a contraction summed across a tile loop.
+"""What a GPU printer keeps out of its programs' scratch: contractions summed in registers, loads read in place.
 
 A reduction loop whose only work is one contraction of two loaded operands, its sums stored after the
 loop, needs no scratch: the accumulator stays in registers across the loop and each operand tile goes
 from its tensor straight to registers (:class:`RegisterGemm`). The Triton printer prints these loops so;
 the cost model charges no on-chip staging for them (the rest of a group stages every element it loads or
-computes through the program's scratch). The data movement (the schedule's loads and stores) is the same.
+computes through the program's scratch). A load whose one reader reads each element once through a plain
+access is read in place by that reader (:func:`direct_loads`). The data movement (the schedule's loads and
+stores) is the same either way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from mambalaya.ir.cascade import Cascade, Einsum
-from mambalaya.ir.expr import Access
+from mambalaya.ir.expr import Access, walk
 from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses
 from mambalaya.schedule.extent import range_length
 from mambalaya.schedule.ir import Compute, GroupSchedule, Load, LoopBlock, Store
@@ -49,7 +51,7 @@ class RegisterGemm:
     bk: int
 
 
-def _plain_access(acc: Access, e: Einsum) -> bool:
+def plain_access(acc: Access, e: Einsum) -> bool:
     """Each index one of the Einsum's ranks plus a constant, no rank twice: one element read per point."""
     seen: set[str] = set()
     for ix in acc.indices:
@@ -79,7 +81,7 @@ def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) 
     reads, accs = dict(s.reads), distinct_accesses(e)
     direct: dict[str, str] = {}
     for f in (*plan.a, *plan.b):
-        if not isinstance(f, Access) or f.tensor in inline or f not in accs or not _plain_access(f, e):
+        if not isinstance(f, Access) or f.tensor in inline or f not in accs or not plain_access(f, e):
             return None
         buf = reads.get((accs.index(f),))
         load = next((x for x in loads if x.buffer == buf), None)
@@ -110,6 +112,54 @@ def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) 
     return RegisterGemm(s, after, plan, sign, tuple(direct.items()), bm, bn, bk)
 
 
+def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple) -> dict[str, str]:
+    """Loads of ``body`` whose one reader, a compute beside them, reads them straight from the tensor instead
+    (buffer -> tensor): a plain load (no window, no first-tile or initial state), its buffer touched by that
+    compute alone, through one plain access of its own (one element per point: a rank plus a constant per
+    index), of a tensor the group does not write. The copy into scratch is skipped; the reader counts each
+    element at its first read, so what is counted is still what the load moves."""
+    touched: dict[str, int] = {}
+    for x, _ in g.statements():
+        if isinstance(x, LoopBlock):
+            continue
+        for b in (x.buffers if isinstance(x, Compute) else {x.buffer}):
+            touched[b] = touched.get(b, 0) + 1
+    out: dict[str, str] = {}
+    for ld in body:
+        if (not isinstance(ld, Load) or ld.slides is not None or ld.first_of is not None or ld.init_of is not None
+                or ld.tensor in g.writes or touched.get(ld.buffer) != 2):
+            continue
+        readers = [x for x in body if isinstance(x, Compute) and ld.buffer in x.buffers]
+        if len(readers) != 1:
+            continue
+        s = readers[0]
+        e = cascade.einsum(s.einsum)
+        paths = [p for p, b in s.reads if b == ld.buffer]
+        if (s.scan or s.inits or e.recurrence is not None or e.where or s.buffer == ld.buffer or len(paths) != 1
+                or len(paths[0]) != 1):
+            continue
+        acc = distinct_accesses(e)[paths[0][0]]
+        if plain_access(acc, e) and sum(1 for n in walk(e.expr) if n == acc) == 1:  # (read once per point)
+            out[ld.buffer] = ld.tensor
+    return out
+
+
+def read_in_place(c: Cascade, g: GroupSchedule) -> set[str]:
+    """The buffers of every body of ``g``'s program (inside its grid) whose load its reader does in place
+    (:func:`direct_loads`)."""
+    out: set[str] = set()
+
+    def walk(body: tuple, inside: int) -> None:
+        if inside >= g.grid:
+            out.update(direct_loads(c, g, body))
+        for s in body:
+            if isinstance(s, LoopBlock):
+                walk(s.body, inside + (s.loop < g.grid))
+
+    walk(g.body, 0)
+    return out
+
+
 def register_loops(c: Cascade, g: GroupSchedule) -> list[RegisterGemm]:
     """Every loop of ``g`` inside its program grid that is a :class:`RegisterGemm` (with the store after it)."""
     out: list[RegisterGemm] = []
@@ -127,4 +177,5 @@ def register_loops(c: Cascade, g: GroupSchedule) -> list[RegisterGemm]:
     return out
 
 
-__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "register_gemm", "register_loops"]
+__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "direct_loads", "plain_access", "read_in_place", "register_gemm",
+           "register_loops"]

@@ -17,7 +17,7 @@ from mambalaya.cost.tiling import SPREAD_MIN_GAIN, Tiled, best_tiling, search_or
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
-from mambalaya.schedule.registers import register_loops
+from mambalaya.schedule.registers import read_in_place, register_loops
 
 
 def _gemm(n: int = 64):
@@ -56,6 +56,15 @@ def test_a_register_loop_stages_nothing_and_a_pointwise_chain_stages_what_it_mov
     cost = group_costs(ctx, sched)[0]
     assert cost.staging_s == pytest.approx(staged_bytes(ctx, sched) / ctx.arch.staging_bandwidth)
     assert staged_bytes(CostContext(c, load_arch("mambalaya")), sched) == 0  # an arch without scratch staging
+
+
+def test_a_load_its_one_reader_reads_in_place_stages_nothing() -> None:
+    c = cascade_from_dict({"name": "p", "params": {"n": 64}, "ranks": {"i": "n", "j": "n"},
+                           "einsums": ["T1[i,j] = exp(I0[i,j]) * I1[j]"]})
+    ctx = CostContext(c, load_arch("h200"))
+    sched = _lower(ctx, ("T1",), {"i": 8})
+    assert read_in_place(c, sched) == {"in_I0", "in_I1"}  # (I1 broadcast along i: counted at its first row)
+    assert staged_bytes(ctx, sched) == 4 * 2 * 64 * 64  # T1's tile alone: written, then read by its store
 
 
 def test_a_column_tile_of_a_row_major_tensor_pays_whole_sectors() -> None:

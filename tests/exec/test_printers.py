@@ -52,4 +52,8 @@ def test_triton_prints_the_grid_and_counts_under_count(mlp) -> None:
     assert not any(ln.strip().startswith("for t0 ") for ln in code)  # ... not a loop inside it
     slots = [ln.split("tc + ")[1].split(",")[0] for ln in code if "tl.atomic_add" in ln]
     assert slots == ["0", "2", "5"]
-    assert all(code[i - 1].strip() == "if COUNT:" for i, ln in enumerate(code) if "tl.atomic_add" in ln)
+    def block_of(i: int) -> str:  # the statement whose block holds line i
+        ind = len(code[i]) - len(code[i].lstrip())
+        return next(ln.strip() for ln in reversed(code[:i]) if len(ln) - len(ln.lstrip()) < ind)
+
+    assert all(block_of(i) == "if COUNT:" for i, ln in enumerate(code) if "tl.atomic_add" in ln)
