@@ -159,6 +159,9 @@ class Arch:
     step_width: int = 1
     #: latency of one dependent step of a recurrence (load of its inputs, the update, the state kept on chip)
     recurrence_step_s: float = 0.0
+    #: Seconds each further statement of a recurrence's tile loop adds to a step (a load, compute or store
+    #: with its barrier: one more dependent round trip per step). 0: none
+    recurrence_statement_s: float = 0.0
     #: bytes of partial sums one program keeps in registers across a reduction loop (a GPU's ``tl.dot``
     #: accumulator, each axis padded to a power of two); a tiling needing more is not searched. 0: no limit
     accumulator_bytes: int = 0
@@ -345,6 +348,7 @@ class Arch:
             "matrix_min": self.matrix_min,
             "step_width": self.step_width,
             "recurrence_step_s": self.recurrence_step_s,
+            "recurrence_statement_s": self.recurrence_statement_s,
             "accumulator_bytes": self.accumulator_bytes,
             "staging_bandwidth": self.staging_bandwidth,
             "sector_bytes": self.sector_bytes,
@@ -397,6 +401,7 @@ OVERRIDABLE: dict[str, str] = {
     "matrix_min": "positive int",
     "step_width": "positive int",
     "recurrence_step_s": "time",
+    "recurrence_statement_s": "time",
     "accumulator_bytes": "size",
     "staging_bandwidth": "bandwidth",
     "sector_bytes": "size",
@@ -475,7 +480,7 @@ def parse_arch(text: str, file: str = "<string>") -> Arch:
 _TOP_REQUIRED = ("name", "kind", "can_fuse", "clock", "units", "ops", "buffers", "offchip", "overheads")
 _TOP_OPTIONAL = ("description", "precision", "element_bytes", "lanes", "pipeline_depth", "weights_resident",
                  "parallelism")
-_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "matrix_min", "accumulator", "staging", "sector",
+_PARALLELISM_KEYS = ("programs", "resident", "step_width", "recurrence_step", "recurrence_statement", "matrix_min", "accumulator", "staging", "sector",
                      "description")
 _UNIT_KEYS = ("peak", "efficiency", "per_lane", "description")
 _OP_KEYS = ("unit", "cost", "matrix_unit", "matrix_cost", "note")
@@ -642,6 +647,7 @@ class _Reader:
                 over["per_transfer"][1], "time", "overheads.per_transfer", allow_zero=True
             )
         slots, resident, width, step, matrix_min, accumulator, staging, sector = 0, 1, 1, 0.0, 1, 0, 0.0, 0
+        per_statement = 0.0
         if "parallelism" in opt:
             par = self.mapping(opt["parallelism"], "parallelism", _PARALLELISM_KEYS, ())
             if "programs" in par:
@@ -658,6 +664,9 @@ class _Reader:
                 sector = int(self.quantity(par["sector"][1], "size", "parallelism.sector"))
             if "staging" in par:
                 staging = self.quantity(par["staging"][1], "bandwidth", "parallelism.staging")
+            if "recurrence_statement" in par:
+                per_statement = self.quantity(par["recurrence_statement"][1], "time",
+                                              "parallelism.recurrence_statement", allow_zero=True)
             if "recurrence_step" in par:
                 step = self.quantity(par["recurrence_step"][1], "time", "parallelism.recurrence_step",
                                      allow_zero=True)
@@ -690,6 +699,7 @@ class _Reader:
             matrix_min=matrix_min,
             step_width=width,
             recurrence_step_s=step,
+            recurrence_statement_s=per_statement,
             accumulator_bytes=accumulator,
             staging_bandwidth=staging,
             sector_bytes=sector,

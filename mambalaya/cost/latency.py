@@ -15,7 +15,8 @@
   time is divided by that fraction (one program of a 132-SM chip runs 132x longer than the chip would).
 - **Sequential depth**: a recurrence's steps depend on each other. Each program (the whole chip, without
   slots) walks its recurrences' steps one after another, ``ceil(state / step_width)`` blocks per step,
-  each ``recurrence_step_s``. Programs resident on one slot at once (``resident_programs``, as many as
+  each ``recurrence_step_s``, and each further statement of a recurrence's tile loop (a load, a compute,
+  a store: one more dependent round trip a step) ``recurrence_statement_s``. Programs resident on one slot at once (``resident_programs``, as many as
   fit its buffer capacity together) overlap their chains: the group takes at least
   ``ceil(P / (slots x resident)) x`` that chain.
 - **Staging** (archs with ``staging_bandwidth``: a GPU printer's per-program scratch): what a group moves
@@ -55,9 +56,10 @@ def parallel_fraction(arch: Arch, programs: int) -> tuple[float, int]:
     return programs / (waves * slots), waves
 
 
-def chain_seconds(arch: Arch, programs: int, chain_steps: int, occupancy_bytes: int) -> float:
-    """The dependency chain's floor: each program's steps, in as many rounds as its programs need of the
-    slots' resident places (module docstring)."""
+def chain_seconds(arch: Arch, programs: int, chain_steps: int, occupancy_bytes: int, statements: int = 0) -> float:
+    """The dependency chain's floor: each program's steps (and the further statements of its recurrences' tile
+    loops, ``arch.recurrence_statement_s`` each), in as many rounds as its programs need of the slots' resident
+    places (module docstring)."""
     if chain_steps <= 0 or arch.recurrence_step_s <= 0:
         return 0.0
     rounds = 1
@@ -65,7 +67,7 @@ def chain_seconds(arch: Arch, programs: int, chain_steps: int, occupancy_bytes: 
         fit = max(1, arch.fusion_buffer_bytes // max(1, occupancy_bytes))
         places = arch.program_slots * min(arch.resident_programs, fit)
         rounds = -(-max(1, programs) // places)
-    return rounds * chain_steps * arch.recurrence_step_s
+    return rounds * (chain_steps * arch.recurrence_step_s + statements * arch.recurrence_statement_s)
 
 
 def staging_seconds(arch: Arch, nbytes: int | float) -> float:

@@ -24,7 +24,16 @@ from mambalaya.cost.latency import (
     staging_seconds,
 )
 from mambalaya.cost.ops import flops, ops_by_kind
-from mambalaya.cost.price import Traffic, TrafficRow, chain_steps, member_ops, sector_bytes, staged_bytes, traffic_rows
+from mambalaya.cost.price import (
+    Traffic,
+    TrafficRow,
+    chain_statements,
+    chain_steps,
+    member_ops,
+    sector_bytes,
+    staged_bytes,
+    traffic_rows,
+)
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.schedule import GroupSchedule, Schedule, lower_mapping
@@ -237,7 +246,7 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
     transfers = sum(r.transfers for r in rows)
     programs = sched.programs if sched.grid else 1
     chain = chain_seconds(arch, programs, chain_steps(ctx, sched) if arch.recurrence_step_s > 0 else 0,
-                          sched.occupancy_bytes)
+                          sched.occupancy_bytes, chain_statements(ctx, sched) if arch.recurrence_statement_s > 0 else 0)
     staging = staging_seconds(arch, staged_bytes(ctx, sched))
     moved = sector_bytes(ctx, sched) if arch.sector_bytes else total_bytes  # (whole sectors: what the transfers take)
     latency, overhead = group_latency(arch, sum(compute.values()), moved, transfers, programs, chain, staging)

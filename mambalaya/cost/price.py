@@ -240,4 +240,20 @@ def chain_steps(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_steps", "matrix_waste", "member_ops", "sector_bytes", "staged_bytes", "traffic_rows"]
+def chain_statements(ctx: CostContext, sched: GroupSchedule) -> int:
+    """Statements one program runs inside its recurrences' tile loops, besides the recurrences' own computes
+    (priced by :func:`chain_steps`): each is one more dependent round trip per step of the chain (its loads,
+    its barrier), executions per program summed."""
+    programs = max(1, sched.programs if sched.grid else 1)
+    seq = {j for j, lp in enumerate(sched.loops) if lp.role == "recurrence" and j >= sched.grid}
+    total = 0
+    for s, loops in sched.statements():
+        if not isinstance(s, Load | Store | Compute) or not seq & set(loops):  # (a window's shift: no count kept)
+            continue
+        if isinstance(s, Compute) and ctx.cascade.einsum(s.einsum).recurrence is not None:
+            continue
+        total += -(-s.executions // programs)
+    return total
+
+
+__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "matrix_waste", "member_ops", "sector_bytes", "staged_bytes", "traffic_rows"]

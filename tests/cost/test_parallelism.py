@@ -8,6 +8,7 @@ from mambalaya.arch import load_arch, parse_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import chain_seconds, parallel_fraction
 from mambalaya.cost.model import group_costs
+from mambalaya.cost.price import chain_statements
 from mambalaya.cost.tiling import Tiled, best_tiling
 from mambalaya.errors import ArchError
 from mambalaya.ir.mapping import FusionGroup
@@ -94,3 +95,23 @@ def test_parallelism_keys_are_checked() -> None:
     with pytest.raises(ArchError, match="unknown key 'residents'"):
         parse_arch(bad, "x.yaml")
 
+
+
+def test_each_statement_of_a_recurrences_tile_loop_lengthens_its_chain(mamba1_4096) -> None:
+    """A scan tiled by one step runs its loop body's every load, compute and store per step: each adds to the
+    chain; the same group tiled by 16 steps runs them a sixteenth as often."""
+    ctx = CostContext(mamba1_4096, load_arch("h200"))
+    group = ("DT", "A", "DA", "BX", "H", "SY", "Y", "G", "HF")
+    order = ctx.analysis.loop_order(group)
+    order = tuple(r for r in order if r != "l") + ("l",)
+
+    def chain(tiles: dict[str, int]) -> tuple[float, int]:
+        sched = ctx.lower(FusionGroup(group, order, tiles), check=False)
+        return group_costs(ctx, sched)[0].chain_s, chain_statements(ctx, sched)
+
+    by_one, n_one = chain({"d": 16, "l": 1})
+    by_16, n_16 = chain({"d": 16, "l": 16})
+    assert n_one >= 4 * 4096 and n_16 * 16 == pytest.approx(n_one, rel=0.01)
+    steps = 4096 * ctx.arch.recurrence_step_s
+    assert by_one == pytest.approx(steps + n_one * ctx.arch.recurrence_statement_s)
+    assert steps < by_16 < by_one
