@@ -496,16 +496,17 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.3f}"
 
 
-def repredict(data: dict) -> None:
+def repredict(data: dict, maps: Path | None = None) -> None:
     """Replace every prediction in ``data`` by the cost model's with the specs as they are now (the
-    measurements stay): a spec corrected after a run is judged against the same measured times."""
+    measurements stay): a spec corrected after a run is judged against the same measured times. ``maps``: the
+    mapping files the run ran (without: mapped again, which may not be what ran)."""
     from mambalaya.cost import evaluate
     from mambalaya.parse import open_cascade
 
     for p in data["points"]:
         family = "mamba2" if p["model"].startswith("mamba2") else "mamba1"
         cascade = open_cascade(family, model=p["model"], params={"batch": p["batch"], "seqlen": p["seqlen"]})
-        mappings = dict(_variants(cascade, family, first=True))
+        mappings = dict(_variants(cascade, maps, point_name(p["model"], p["batch"], p["seqlen"]), family, first=True))
         for r in p["runs"]:
             if "error" in r or r["mapping"] not in mappings:
                 continue
@@ -544,10 +545,10 @@ def _mamba_ssm_rows(data: dict) -> list[str]:
     return lines
 
 
-def table(path: Path, repredicted: bool = False) -> str:
+def table(path: Path, repredicted: bool = False, maps: Path | None = None) -> str:
     data = json.loads(path.read_text())
     if repredicted:
-        repredict(data)
+        repredict(data, maps)
     env = data["env"]
     lines = [
         "# The mapper's h200 schedule on the GPU vs the h200 cost model",
@@ -625,7 +626,7 @@ def main() -> None:
     ap.add_argument("--repredict", action="store_true", help="with --table: predictions from the specs as they are now")
     a = ap.parse_args()
     if a.table:
-        text = table(a.table, a.repredict)
+        text = table(a.table, a.repredict, a.mappings)
         if a.md:
             a.md.write_text(text)
         print(text)

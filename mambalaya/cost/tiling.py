@@ -33,6 +33,9 @@ Score = tuple[float, float]
 #: Least share of a group's latency that spreading it over more programs could gain for the search to try
 #: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this).
 SPREAD_MIN_GAIN = 0.05
+#: Up to this multiple of the capacity, a tiling the quick occupancy refuses is lowered to decide (the quick
+#: figure is an upper bound: the built schedule hoists and shares what it can)
+QUICK_OCCUPANCY_SLACK = 2
 #: Most rounds of the local search (:meth:`_Search.descend`); each tries every single and paired move.
 DESCENT_ROUNDS = 4
 
@@ -97,6 +100,7 @@ class _Search:
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
+        self.why: dict[tuple, str] = {}  # why the quick occupancy says a tiling does not fit
         self.cap = ctx.arch.fusion_buffer_bytes
         self.acc = ctx.arch.accumulator_bytes  # 0: partial sums live in the fusion buffer, no register limit
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
@@ -145,9 +149,9 @@ class _Search:
                 else:
                     self.least = need if self.least is None else min(self.least, need)
                     got = need <= self.cap and (not self.acc or acc <= self.acc)
-                    if not got:
-                        self.seen[key] = (f"needs {need} bytes on chip" if need > self.cap
-                                          else f"needs {acc} bytes of partial sums in registers")
+                    if not got:  # (an upper bound: the built schedule may need less, so cost() may still try it)
+                        self.why[key] = (f"needs {need} bytes on chip" if need > self.cap
+                                         else f"needs {acc} bytes of partial sums in registers")
             self.fit[key] = got
         return got
 
@@ -318,10 +322,15 @@ class _Search:
             c = self.cost(tiles)
             if isinstance(c, GroupCost) and (best is None or score(c, self.objective) < score(best[1], self.objective)):
                 best = (tiles, c)
+        if best is None:  # the quick occupancy (fits) is an upper bound: the built schedule may still fit
+            least = {r: tile_options(self.size[r])[-1] for r in self.loops if tile_options(self.size[r])}
+            c = self.cost(least)
+            if isinstance(c, GroupCost):
+                best = (least, c) if slots else self.descend(least, c)
         if best is not None and slots:
             best = self.spread(*best)
         if best is None:
-            reasons = [v for v in self.seen.values() if isinstance(v, str)]
+            reasons = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str)]
             return Untileable(self.einsums, reasons[0] if reasons else "no tiling fits", self.least)
         return Tiled(FusionGroup(self.einsums, self.order, best[0]), best[1], self.rows[tuple(sorted(best[0].items()))])
 
@@ -346,7 +355,9 @@ def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "l
     try:
         s = _Search(ctx, tuple(einsums), objective, stored)
         least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
-        if least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused:  # (an occupancy: cheap)
+        if (least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused  # (an occupancy: cheap)
+                # (the quick occupancy is an upper bound: near the capacity, the built schedule decides)
+                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))):
             return Untileable(einsums, f"needs {s.least} bytes on chip", s.least)
         lb = s.bound()
         if lb is None:
