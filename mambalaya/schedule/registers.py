@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from mambalaya.ir.cascade import Cascade, Einsum
-from mambalaya.ir.expr import Access, walk
+from mambalaya.ir.expr import Access, Reduce, walk
 from mambalaya.schedule.compute import Contraction, contraction, distinct_accesses
 from mambalaya.schedule.extent import range_length
 from mambalaya.schedule.ir import Compute, GroupSchedule, Load, LoopBlock, Store
@@ -139,6 +139,8 @@ def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple) -> dict[str, s
                 or len(paths[0]) != 1):
             continue
         acc = distinct_accesses(e)[paths[0][0]]
+        if any(isinstance(n, Reduce) for n in walk(e.expr)):  # (a prefix sum or max reads each element again)
+            continue
         if plain_access(acc, e) and sum(1 for n in walk(e.expr) if n == acc) == 1:  # (read once per point)
             out[ld.buffer] = ld.tensor
     return out
