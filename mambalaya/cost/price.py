@@ -177,15 +177,14 @@ def staged_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
     printed code makes."""
     if ctx.arch.staging_bandwidth <= 0:
         return 0
-    skip: set[int] = set()
-    in_place = read_in_place(ctx.cascade, sched)
-    skip |= {id(x) for x, _ in sched.statements() if isinstance(x, Load) and x.buffer in in_place}
+    unstaged = read_in_place(ctx.cascade, sched)  # buffers of loads that never reach scratch
+    skip: set[int] = set()  # the computes and stores the printers keep in registers
     for rg in register_loops(ctx.cascade, sched):
-        skip |= {id(rg.compute), id(rg.store), *(id(x) for x, _ in sched.statements() if isinstance(x, Load)
-                                                  and any(x.buffer == b for b, _ in rg.direct))}
+        unstaged |= {b for b, _ in rg.direct}
+        skip |= {id(rg.compute), id(rg.store)}
     n = 0
     for s, _ in sched.statements():
-        if id(s) in skip:
+        if id(s) in skip or (isinstance(s, Load) and s.buffer in unstaged):
             continue
         if isinstance(s, Load):
             n += 2 * s.elements * ctx.cascade.tensors[s.tensor].element_bytes

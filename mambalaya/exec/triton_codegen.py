@@ -691,11 +691,7 @@ def _print_register_gemm(ctx: _Ctx, rg: RegisterGemm, loop: LoopBlock, depth: in
     _one_block(ctx, n, rg.bn, depth, nb, "n")
     acc = ctx.tmp("acc")
     ctx.emit(depth, f"{acc} = tl.zeros([{rg.bm}, {rg.bn}], {ctx.dt})")
-    ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
-    d = depth + 1
-    ctx.emit(d, f"lo{j} = t{j} * {lp.tile}")
-    ctx.emit(d, f"hi{j} = tl.minimum(lo{j} + {lp.tile}, {lp.extent})")
-    ctx.emit(d, f"f{j} = t{j} == 0")
+    d = _open_tile_loop(ctx, j, depth)
     bounds(True, d)
     for r in k1:
         lo, hi, _ = _bound(ctx, r)
@@ -998,6 +994,27 @@ def _shift(ctx: _Ctx, s: Shift, depth: int) -> None:
     ctx.emit(depth, f"{wb} = {name}")
 
 
+def _tile_bounds(ctx: _Ctx, j: int, depth: int) -> None:
+    """Bind loop ``j``'s current tile (``lo``, ``hi``, whether it is the first) from its index ``t{j}``."""
+    lp = ctx.sched.loops[j]
+    ctx.emit(depth, f"lo{j} = t{j} * {lp.tile}")
+    ctx.emit(depth, f"hi{j} = tl.minimum(lo{j} + {lp.tile}, {lp.extent})")
+    ctx.emit(depth, f"f{j} = t{j} == 0")
+
+
+def _open_tile_loop(ctx: _Ctx, j: int, depth: int) -> int:
+    """Open tile loop ``j`` inside a program; return its body's depth. Its bounds live on after it at their last
+    tile (a statement after the loop reads them), as loop-carried values: on a GPU a name first bound inside a
+    loop does not exist after it."""
+    lp = ctx.sched.loops[j]
+    ctx.emit(depth, f"lo{j} = tl.full([], {(lp.trips - 1) * lp.tile}, tl.int32)")
+    ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
+    ctx.emit(depth, f"f{j} = lo{j} == 0")
+    ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
+    _tile_bounds(ctx, j, depth + 1)
+    return depth + 1
+
+
 def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
     """Print statements; ``inside``: how many of the grid loops enclose them."""
     g = ctx.sched
@@ -1015,9 +1032,6 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
             j = s.loop
             rg = register_gemm(ctx.cascade, g, s, body[i + 1] if i + 1 < len(body) else None) if j >= g.grid else None
             if rg is not None:
-                ctx.emit(depth, f"lo{j} = tl.full([], {(lp.trips - 1) * lp.tile}, tl.int32)")
-                ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
-                ctx.emit(depth, f"f{j} = lo{j} == 0")
                 _print_register_gemm(ctx, rg, s, depth)
                 if rg.bm * rg.bn >= 8192:
                     ctx.warps = 8
@@ -1028,17 +1042,9 @@ def _statements(ctx: _Ctx, body, depth: int, inside: int = 0) -> None:
             if j < g.grid:  # a program of the grid: t{j} set from the program id
                 ctx.emit(depth, f"# {lp.rank} in tiles of {lp.tile}: the program grid")
                 d = depth
-            else:  # its bounds live on after it at their last tile (a statement after the loop reads them), as
-                # loop-carried values: on a GPU a name first bound inside a loop does not exist after it
-                last = (lp.trips - 1) * lp.tile
-                ctx.emit(depth, f"lo{j} = tl.full([], {last}, tl.int32)")
-                ctx.emit(depth, f"hi{j} = tl.full([], {lp.extent}, tl.int32)")
-                ctx.emit(depth, f"f{j} = lo{j} == 0")
-                ctx.emit(depth, f"for t{j} in range({lp.trips}):  # {lp.rank} in tiles of {lp.tile} ({lp.role})")
-                d = depth + 1
-            ctx.emit(d, f"lo{j} = t{j} * {lp.tile}")
-            ctx.emit(d, f"hi{j} = tl.minimum(lo{j} + {lp.tile}, {lp.extent})")
-            ctx.emit(d, f"f{j} = t{j} == 0")
+                _tile_bounds(ctx, j, depth)
+            else:
+                d = _open_tile_loop(ctx, j, depth)
             _statements(ctx, s.body, d, inside + (j < g.grid))
             continue
         if inside < g.grid:
