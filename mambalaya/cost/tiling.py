@@ -203,17 +203,33 @@ class _Search:
         return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=0.0, chain_s=min(chain, got.chain_s),
                        latency_s=max(max(got.compute_s, memory) / frac, min(chain, got.chain_s)) + got.overhead_s)
 
-    def widest_grid(self) -> int:
-        """An upper bound on the programs of any tiling's grid: every tileable loop but the recurrences' (whose
-        steps are sequential, innermost on a GPU) at tiles of one. A grid of P programs keeps at most
-        ``min(1, P / slots)`` of the chip busy, so a group whose only parallel loop is a batch of one cannot be
-        priced at the whole chip."""
+    def widest_grid(self, tiles: dict[str, int] | None = None) -> int:
+        """An upper bound on the programs of a tiling's grid (of any tiling's, without ``tiles``): the trips of every
+        tileable loop but the recurrences' (whose steps are sequential, innermost on a GPU), at tiles of one unless
+        given. A grid of P programs keeps at most ``min(1, P / slots)`` of the chip busy, so a group whose only
+        parallel loop is a batch of one cannot be priced at the whole chip."""
         seq = {rec.rank for e in self.einsums if (rec := self.ctx.cascade.einsum(e).recurrence) is not None}
         n = 1
         for r in self.loops:
             if r not in seq:
-                n *= self.size[r]
+                n *= -(-self.size[r] // (1 if tiles is None else tiles.get(r, self.size[r])))
         return n
+
+    def floor(self, tiles: dict[str, int]) -> float | None:
+        """A lower bound on the latency at ``tiles`` (None: no untiled schedule to bound it by): the group's bound
+        (:meth:`bound`) over the most of the chip these tiles' grid can keep busy."""
+        lb = self.bound()
+        if lb is None:
+            return None
+        slots = self.ctx.arch.program_slots
+        frac = min(1.0, self.widest_grid(tiles) / slots) if slots else 1.0
+        return max(max(lb.compute_s, lb.memory_s) / frac, lb.chain_s) + lb.overhead_s
+
+    def hopeless(self, tiles: dict[str, int], best: GroupCost) -> bool:
+        """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`):
+        the search skips lowering a tiling whose grid is too small to compete. Exact: the floor is a bound."""
+        floor = self.floor(tiles) if self.objective == "latency" else None
+        return floor is not None and floor > best.latency_s * (1 + 1e-9)
 
     def spread(self, tiles: dict[str, int], cost: GroupCost) -> tuple[dict[str, int], GroupCost]:
         """On an arch with program slots: the best of ``tiles`` and the tilings that give the grid about one
@@ -251,7 +267,9 @@ class _Search:
         others fixed), and two loops traded against each other (for each admitted tile of one, the largest of the
         other that fits: occupancy grows with every tile, so only those can be best on the pair's staircase).
         A pair move is what a single one misses: giving one loop room (a smaller tile of another) only pays once
-        the first grows into it (a contraction's short side widened to the matrix unit's tile)."""
+        the first grows into it (a contraction's short side widened to the matrix unit's tile). Single moves run
+        until none helps before a round of pairs (pairs are many more lowerings); a tiling whose grid is too small
+        to beat the best so far is skipped unlowered (:meth:`hopeless`)."""
         best = (dict(tiles), cost)
 
         def at(base: dict[str, int], r: str, t: int) -> dict[str, int]:
@@ -259,28 +277,34 @@ class _Search:
 
         def better(cand: dict[str, int]) -> None:
             nonlocal best
-            if not self.fits(cand):
+            if self.hopeless(cand, best[1]) or not self.fits(cand):
                 return
             c = self.cost(cand)
             if isinstance(c, GroupCost) and score(c, self.objective) < score(best[1], self.objective):
                 best = (cand, c)
 
-        for _ in range(DESCENT_ROUNDS):
+        pair_rounds = 0
+        for _ in range(4 * DESCENT_ROUNDS):
             cur = best
             for r in self.loops:
                 for t in (self.size[r], *tile_options(self.size[r])):
                     better(at(cur[0], r, t))
+            if best is not cur:  # (single moves first: pairs are many more lowerings)
+                continue
+            pair_rounds += 1
             for i, r0 in enumerate(self.loops):
                 for r1 in self.loops[i + 1:]:
                     for t0 in (self.size[r0], *tile_options(self.size[r0])):
                         base = at(cur[0], r0, t0)
+                        if self.hopeless(at(base, r1, 1), best[1]):  # (r1's least tile: the widest grid of the pair)
+                            continue
                         if self.fits(at(base, r1, self.size[r1])):
                             better(at(base, r1, self.size[r1]))
                         else:
                             t1 = self.largest(base, r1)
                             if t1 is not None:
                                 better(at(base, r1, t1))
-            if best is cur:
+            if best is cur or pair_rounds >= DESCENT_ROUNDS:
                 break
         return best
 
@@ -367,6 +391,12 @@ def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "l
     return Bound(tuple(einsums), s.order, lb)
 
 
+def tiling_floor(ctx: CostContext, einsums: tuple[str, ...], tiles: dict[str, int],
+                 stored: frozenset[str] | None = None) -> float | None:
+    """The lower bound on the group's latency at ``tiles`` that lets the search skip lowering them (None: none)."""
+    return _Search(ctx, tuple(einsums), "latency", stored).floor(tiles)
+
+
 def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "latency",
                 stored: frozenset[str] | None = None, give_up=None) -> Tiled | Untileable:
     """The group's best tiling on ``ctx.arch`` (module docstring), or why none fits. ``give_up(bound)``: when
@@ -381,4 +411,4 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         return Untileable(einsums, str(err))
 
 
-__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound"]
+__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound", "tiling_floor"]

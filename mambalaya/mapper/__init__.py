@@ -260,7 +260,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
             search_s += time.perf_counter() - t
             searched += inexact - sum(not c.exact for c in space.candidates)  # searched: costed or dropped
         else:  # the solves have cost what searching the rest would: the eager space
-            space = build_space(cascade, arch, objective, max_size=max_size, ctx=space.ctx)
+            space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)

@@ -34,7 +34,7 @@ from mambalaya.analysis.candidates import EinsumDag, candidate_groups
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
-from mambalaya.cost.tiling import Bound, Tiled, best_tiling, tiling_bound
+from mambalaya.cost.tiling import Bound, Tiled, Untileable, best_tiling, tiling_bound
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
@@ -177,6 +177,7 @@ class Coster:
         self.best_elsewhere: Callable[[tuple[str, ...]], Score | None] | None = None
         self.dominated = 0
         self._splits: dict[tuple[str, ...], Score] = {}  # _choose's split cost, until choose reads it
+        self._bounds: dict[tuple[str, ...], Bound | Untileable | None] = {}  # estimate's bounds, for _choose
 
     def analyse(self, members: tuple[str, ...]):
         """The analysis of a group (legality, loop order), cached by the cost context."""
@@ -247,7 +248,7 @@ class Coster:
         key = ("bound", *self._shape_key(members))
         got = self.shapes.get(key)
         if got is None:
-            b = tiling_bound(self.ctx, members, self.objective)
+            b = self._bounds[members] = tiling_bound(self.ctx, members, self.objective)
             if b is None:
                 got = self._exact(members)
             elif isinstance(b, Bound):
@@ -282,6 +283,19 @@ class Coster:
                 (float(bound.traffic_bytes), bound.latency_s)
             return own[0] > split[0] * (1 + TIE) or (own[0] >= split[0] and own[1] >= split[1])
 
+        # what a lazy space already found for these members (an eager space built after it reuses its work)
+        known = self.shapes.get(("exact", *self._shape_key(members)))
+        if isinstance(known, Rejected):
+            return known
+        if isinstance(known, Choice):
+            return Dominated(members, _score(known, obj), split) if _dominated(known, split, obj) else known
+        bound = self._bounds.get(members)
+        if isinstance(bound, Untileable):
+            return Rejected(members, bound.reason, bound.need_bytes)
+        if isinstance(bound, Bound) and len(members) > 1 and dominated(bound.cost):
+            b = bound.cost
+            return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
+                             (float(b.traffic_bytes), b.latency_s), split)
         got = best_tiling(self.ctx, members, obj, give_up=dominated if len(members) > 1 else None)
         if not isinstance(got, Tiled):
             if got.bound is not None:
@@ -313,13 +327,14 @@ def _dominated(c: Choice, split: Score, objective: str) -> bool:
 
 
 def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
-                ctx: CostContext | None = None, lazy: bool = False) -> Space:
+                ctx: CostContext | None = None, lazy: bool = False, coster: Coster | None = None) -> Space:
     """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost.
 
     ``lazy``: a group of several Einsums is given a lower bound on its cost (one lowering, no tile search,
     no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
-    exact is optimal, since every other candidate costs at least its bound."""
-    coster = Coster(cascade, arch, objective, ctx)
+    exact is optimal, since every other candidate costs at least its bound. ``coster``: a lazy space's, whose
+    searches and bounds an eager space reuses."""
+    coster = coster or Coster(cascade, arch, objective, ctx)
     if not arch.can_fuse:
         max_size = 1
     kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}

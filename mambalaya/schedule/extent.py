@@ -10,6 +10,7 @@ with a floor or remainder of the loop's rank is enumerated tile by tile.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -217,6 +218,12 @@ def range_length(r: Range, loops: tuple[Loop, ...]) -> int:
     if r.loop is None:
         return r.size
     lp = loops[r.loop]
+    return _range_length(r, lp.tile, lp.extent)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _range_length(r: Range, tile: int, extent: int) -> int:  # (the mapper asks it of every tiling it tries)
+    lp = Loop(r.rank, extent, tile)
     return max(b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips)))
 
 

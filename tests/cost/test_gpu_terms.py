@@ -13,7 +13,7 @@ from mambalaya.arch import load_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
 from mambalaya.cost.price import matrix_waste, sector_bytes, staged_bytes
-from mambalaya.cost.tiling import SPREAD_MIN_GAIN, Tiled, best_tiling, search_order, tile_options
+from mambalaya.cost.tiling import SPREAD_MIN_GAIN, Tiled, best_tiling, search_order, tile_options, tiling_floor
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
@@ -81,7 +81,8 @@ def test_a_column_tile_of_a_row_major_tensor_pays_whole_sectors() -> None:
 
 
 def _brute_force(ctx, members):
-    """The least latency over every admitted tiling of the group's tileable loops (None: too many to try)."""
+    """The least latency over every admitted tiling of the group's tileable loops (None: too many to try); on the
+    way, the search's floor (what lets it skip a tiling unlowered) is checked to be below each tiling's cost."""
     order = search_order(ctx, members)
     tileable = {r for r, _ in ctx.analysis.tileable(members)}
     loops = [r for r in order if r in tileable]
@@ -99,6 +100,8 @@ def _brute_force(ctx, members):
                 ctx.arch.accumulator_bytes and sched.accumulator_bytes > ctx.arch.accumulator_bytes):
             continue
         lat = group_costs(ctx, sched)[0].latency_s
+        floor = tiling_floor(ctx, members, tiles)
+        assert floor is None or floor <= lat * (1 + 1e-9), (members, ctx.arch.name, tiles, floor, lat)
         best = lat if best is None else min(best, lat)
     return best
 
