@@ -140,6 +140,9 @@ class Arch:
     offchip_peak_bandwidth: float  # datasheet / assumed peak, B/s
     group_overhead_s: float  # fixed cost per fusion group (kernel launch, host coordination, reconfiguration)
     transfer_overhead_s: float = 0.0  # per off-chip transfer of a group (CGLA DMA setup); 0 on a GPU
+    #: per execution of any statement of a group's loop nest (a load, store or compute run once per tile: what a
+    #: CPU executor's loop body costs beyond its arithmetic); 0 where hardware sequences the loops
+    statement_overhead_s: float = 0.0
     pipeline_depth: int = 0  # stages to fill and drain per pipelined reduction; 0 where not meaningful
     precision: str = "fp32"  # arithmetic precision used when a caller names none
     element_bytes: int = 4  # default bytes per element
@@ -342,6 +345,7 @@ class Arch:
             "fusion_buffer_bytes": self.fusion_buffer_bytes,
             "group_overhead_s": self.group_overhead_s,
             "transfer_overhead_s": self.transfer_overhead_s,
+            "statement_overhead_s": self.statement_overhead_s,
             "pipeline_depth": self.pipeline_depth,
             "program_slots": self.program_slots,
             "resident_programs": self.resident_programs,
@@ -395,6 +399,7 @@ OVERRIDABLE: dict[str, str] = {
     "fusion_buffer_bytes": "size",
     "group_overhead_s": "time",
     "transfer_overhead_s": "time",
+    "statement_overhead_s": "time",
     "pipeline_depth": "non-negative int",
     "program_slots": "non-negative int",
     "resident_programs": "positive int",
@@ -486,7 +491,7 @@ _UNIT_KEYS = ("peak", "efficiency", "per_lane", "description")
 _OP_KEYS = ("unit", "cost", "matrix_unit", "matrix_cost", "note")
 _BUFFER_KEYS = ("name", "capacity", "instances", "bandwidth", "holds_fused", "per_lane", "description")
 _OFFCHIP_KEYS = ("bandwidth", "efficiency", "capacity", "description")
-_OVERHEAD_KEYS = ("per_group", "per_transfer", "description")
+_OVERHEAD_KEYS = ("per_group", "per_transfer", "per_statement", "description")
 
 _EXAMPLES = {
     "name": "name: my_accel",
@@ -646,6 +651,11 @@ class _Reader:
             per_transfer = self.quantity(
                 over["per_transfer"][1], "time", "overheads.per_transfer", allow_zero=True
             )
+        per_execution = 0.0
+        if "per_statement" in over:
+            per_execution = self.quantity(
+                over["per_statement"][1], "time", "overheads.per_statement", allow_zero=True
+            )
         slots, resident, width, step, matrix_min, accumulator, staging, sector = 0, 1, 1, 0.0, 1, 0, 0.0, 0
         per_statement = 0.0
         if "parallelism" in opt:
@@ -684,6 +694,7 @@ class _Reader:
             offchip_capacity_bytes=capacity,
             group_overhead_s=per_group,
             transfer_overhead_s=per_transfer,
+            statement_overhead_s=per_execution,
             pipeline_depth=self.integer(opt["pipeline_depth"], "pipeline_depth", 0)
             if "pipeline_depth" in opt
             else 0,

@@ -9,7 +9,9 @@
   and transfers overlap inside a fused loop nest) plus ``arch.group_overhead_s``
   (kernel launch, host coordination, reconfiguration) plus
   ``arch.transfer_overhead_s`` per off-chip transfer (one per pass of each read and
-  one per write: CGLA DMA setup). A mapping's latency is the sum over its groups.
+  one per write: CGLA DMA setup), and ``arch.statement_overhead_s`` per execution of any statement of
+  its loop nest (a CPU executor's per-tile loop body: a load, a store, a compute run once per tile). A
+  mapping's latency is the sum over its groups.
 - **Parallel extent** (archs with ``program_slots``, a GPU's SMs): a group's ``P`` programs run in
   ``waves = ceil(P / slots)`` waves, so only ``P / (waves * slots)`` of the chip works: the roofline
   time is divided by that fraction (one program of a 132-SM chip runs 132x longer than the chip would).
@@ -76,11 +78,11 @@ def staging_seconds(arch: Arch, nbytes: int | float) -> float:
 
 
 def group_latency(arch: Arch, compute_s: float, traffic_bytes: int, transfers: int, programs: int = 0,
-                  chain_s: float = 0.0, staging_s: float = 0.0) -> tuple[float, float]:
+                  chain_s: float = 0.0, staging_s: float = 0.0, executions: int = 0) -> tuple[float, float]:
     """(latency, overhead) of one group: the roofline over the part of the chip its grid occupies plus its
     staging through scratch (the same programs' instructions: it does not overlap), at least its recurrences'
-    dependency chain (:func:`chain_seconds`), plus per-group and per-transfer overheads."""
-    overhead = arch.group_overhead_s + arch.transfer_overhead_s * transfers
+    dependency chain (:func:`chain_seconds`), plus per-group, per-transfer and per-statement-execution overheads."""
+    overhead = arch.group_overhead_s + arch.transfer_overhead_s * transfers + arch.statement_overhead_s * executions
     frac, _ = parallel_fraction(arch, programs)
     return max((max(compute_s, memory_seconds(arch, traffic_bytes)) + staging_s) / frac, chain_s) + overhead, overhead
 

@@ -249,7 +249,8 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
                           sched.occupancy_bytes, chain_statements(ctx, sched) if arch.recurrence_statement_s > 0 else 0)
     staging = staging_seconds(arch, staged_bytes(ctx, sched))
     moved = sector_bytes(ctx, sched) if arch.sector_bytes else total_bytes  # (whole sectors: what the transfers take)
-    latency, overhead = group_latency(arch, sum(compute.values()), moved, transfers, programs, chain, staging)
+    latency, overhead = group_latency(arch, sum(compute.values()), moved, transfers, programs, chain, staging,
+                                      sched.executions if arch.statement_overhead_s > 0 else 0)
     frac, _ = parallel_fraction(arch, programs)
     shares = split_latency(latency, [max(compute[e], memory[e]) for e in members])
     einsums = []

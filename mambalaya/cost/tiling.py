@@ -10,7 +10,10 @@ what is searched is what runs. The search, per group:
    each loop in turn, the inner ones at their smallest admitted tile, the largest admitted tile of it
    that fits (binary search: a schedule's occupancy grows with its tiles);
 3. and the two outermost tileable loops together: for each admitted tile of the first, the largest
-   of the second that fits.
+   of the second that fits;
+4. without program slots, each loop alone, the others whole: its largest admitted tile that fits (the fewest
+   tiles, where the staircases keep the inner loops at their least: a CPU pays for every tile it executes;
+   with slots, the descent of :meth:`_Search.spread` explores from the best of 1-3).
 
 Admitted tiles are the extent's divisors and powers of two below it (a chunked rank's tiles must
 align with its pieces; the schedule refuses the others, which count as not fitting). The best
@@ -341,6 +344,11 @@ class _Search:
                     j -= 1
                 if j < len(opts1):
                     found.append({**base, r1: opts1[j]} if opts1[j] < self.size[r1] else base)
+        if not isinstance(untiled, GroupCost) and not slots:  # each loop alone (the others whole): fewest tiles
+            for r in self.loops:
+                t = self.largest({}, r)
+                if t is not None:
+                    found.append({r: t})
         best = None
         for tiles in found:
             c = self.cost(tiles)
@@ -350,7 +358,7 @@ class _Search:
             least = {r: tile_options(self.size[r])[-1] for r in self.loops if tile_options(self.size[r])}
             c = self.cost(least)
             if isinstance(c, GroupCost):
-                best = (least, c) if slots else self.descend(least, c)
+                best = (least, c)
         if best is not None and slots:
             best = self.spread(*best)
         if best is None:

@@ -338,6 +338,11 @@ class GroupSchedule:
         """Load and store executions (one DMA transfer each)."""
         return sum(s.executions for s, _ in self.statements() if isinstance(s, (Load, Store)))
 
+    @property
+    def executions(self) -> int:
+        """Executions of every load, store and compute statement (a scan's fused readers run in its steps)."""
+        return sum(s.executions for s, _ in self.statements() if isinstance(s, (Load, Store, Compute)))
+
 
 @dataclass(frozen=True)
 class Schedule:

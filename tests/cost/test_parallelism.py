@@ -115,3 +115,22 @@ def test_each_statement_of_a_recurrences_tile_loop_lengthens_its_chain(mamba1_40
     steps = 4096 * ctx.arch.recurrence_step_s
     assert by_one == pytest.approx(steps + n_one * ctx.arch.recurrence_statement_s)
     assert steps < by_16 < by_one
+
+
+def test_a_cpu_pays_each_executed_statement_so_its_tile_search_keeps_tiles_large() -> None:
+    """The CPU executor's loop bodies cost time beyond their arithmetic (``overheads.per_statement``): a tiling
+    executing more statements is predicted that much slower, and the search prefers tiles that execute few."""
+    c = open_cascade("mamba1", model="mamba-130m", params={"batch": 1, "seqlen": 512})
+    cpu = load_arch("cpu")
+    free = cpu.with_overrides(statement_overhead_s=0.0)
+    group = ("DT0", "DT")
+    order = CostContext(c, cpu).analysis.loop_order(group)
+    for tiles in ({"l": 128}, {"l": 8}):
+        sched = CostContext(c, cpu).lower(FusionGroup(group, order, tiles))
+        paid, plain = (group_costs(CostContext(c, a), sched)[0] for a in (cpu, free))
+        assert sched.executions > 0
+        assert paid.latency_s - plain.latency_s == pytest.approx(sched.executions * cpu.statement_overhead_s)
+    best, unpaid = (best_tiling(CostContext(c, a), group) for a in (cpu, free))
+    assert isinstance(best, Tiled) and isinstance(unpaid, Tiled)
+    executions = {a: CostContext(c, cpu).lower(t.group).executions for a, t in (("paid", best), ("free", unpaid))}
+    assert executions["paid"] <= executions["free"]
