@@ -27,13 +27,13 @@ POINTS = [("mamba2", "mamba2-130m", 2048), ("mamba1", "mamba-130m", 2048)]
 
 
 def measure(repeat: int, archs: list[str]) -> list[dict]:
+    from bench_executor import MIXER_PARAMS, _input, _mixer
+    from hf_reference import mixer_arrays
+
     from mambalaya.arch import load_arch
     from mambalaya.cost.context import CostContext
     from mambalaya.cost.model import group_costs
     from mambalaya.exec.backend import execute
-    from bench_executor import MIXER_PARAMS, _input, _mixer
-    from hf_reference import mixer_arrays
-
     from mambalaya.exec.realweights import bind_weights
     from mambalaya.mapper import optimal_mapping
     from mambalaya.parse import open_cascade
