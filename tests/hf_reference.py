@@ -61,6 +61,25 @@ _KERNEL_FUNCS: dict[str, tuple[Any, ...]] = {
 # --------------------------------------------------------------------------- torch path
 
 
+def _closure(fn) -> dict:
+    return dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True))
+
+
+def _see_through_func_module(fn):
+    """The plain function inside a ``kernels`` ``Func`` module, or None if a hub kernel replaced it.
+
+    With the ``kernels`` package installed (transformers >= 5.25 pulls it in), each
+    wrapped function becomes an ``nn.Module`` whose class-level ``forward`` calls the
+    wrapper; ``kernelize`` binds another ``forward`` on the instance.
+    """
+    if not isinstance(fn, torch.nn.Module):
+        return fn
+    if "forward" in vars(fn):
+        return None
+    inner = _closure(type(fn).forward).get("func")
+    return inner if callable(inner) else None
+
+
 def torch_path_report() -> dict[str, bool]:
     """``{"mamba1.causal_conv1d_fn": True, ...}``: True where the torch reference runs.
 
@@ -74,9 +93,11 @@ def torch_path_report() -> dict[str, bool]:
             fn = getattr(module, name)
             while hasattr(fn, "spied_original"):  # see through a test's _spy wrapper
                 fn = fn.spied_original
-            cells = dict(
-                zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True)
-            )
+            fn = _see_through_func_module(fn)
+            if fn is None:  # a hub kernel was bound in its place
+                report[f"{family}.{name}"] = False
+                continue
+            cells = _closure(fn)
             is_torch = (
                 "is_new_implementation" in cells
                 and cells["is_new_implementation"] is False

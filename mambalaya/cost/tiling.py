@@ -36,6 +36,9 @@ Score = tuple[float, float]
 #: Least share of a group's latency that spreading it over more programs could gain for the search to try
 #: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this).
 SPREAD_MIN_GAIN = 0.05
+#: ... nor less than this share of the arch's per-group overhead (a kernel launch): below it, no tiling of a small
+#: group can matter next to the launches around it, and the search is most of a small cascade's mapping time.
+SPREAD_MIN_OVERHEAD = 0.5
 #: Up to this multiple of the capacity, a tiling the quick occupancy refuses is lowered to decide (the quick
 #: figure is an upper bound: the built schedule hoists and shares what it can)
 QUICK_OCCUPANCY_SLACK = 2
@@ -242,7 +245,8 @@ class _Search:
         slots = self.ctx.arch.program_slots
         best = (dict(tiles), cost)
         lb = self.bound()  # no tiling is faster
-        if lb is not None and cost.latency_s - lb.latency_s <= SPREAD_MIN_GAIN * cost.latency_s:
+        if lb is not None and cost.latency_s - lb.latency_s <= max(SPREAD_MIN_GAIN * cost.latency_s,
+                                                                  SPREAD_MIN_OVERHEAD * self.ctx.arch.group_overhead_s):
             return best
 
         def better(cand: dict[str, int]) -> None:
@@ -419,4 +423,4 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         return Untileable(einsums, str(err))
 
 
-__all__ = ["Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound", "tiling_floor"]
+__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound", "tiling_floor"]

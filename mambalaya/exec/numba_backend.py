@@ -21,6 +21,8 @@ import os
 import sys
 import time
 import warnings
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.schedule import GroupSchedule, Schedule
 
 _MODULES: dict[str, Any] = {}
+#: (cascade, group, dtype) -> (its weak references, kernel, source): the printed source of a group object
+_BY_GROUP: OrderedDict[tuple[int, int, str], tuple[Any, Any, Any, str]] = OrderedDict()
+_BY_GROUP_MAX = 512
 
 
 def kernel_cache_dir() -> Path:
@@ -104,11 +109,20 @@ class blas_single_thread:
 
 
 def group_kernel(cascade: Cascade, g: GroupSchedule, dtype: str) -> tuple[Any, str]:
-    """(kernel, source) of one group, generated and imported once per source."""
+    """(kernel, source) of one group, generated and imported once per source, and printed once per group
+    object (printing is milliseconds: a decode step that runs in less would pay it at every token)."""
+    key = (id(cascade), id(g), dtype)
+    hit = _BY_GROUP.get(key)
+    if hit is not None and hit[0]() is cascade and hit[1]() is g:  # (ids of live objects are not reused)
+        _BY_GROUP.move_to_end(key)
+        return hit[2], hit[3]
     source = group_source(cascade, g, dtype)
     mod = _MODULES.get(source)
     if mod is None:
         mod = _MODULES[source] = load_module(source)
+    _BY_GROUP[key] = (weakref.ref(cascade), weakref.ref(g), mod.kernel, source)
+    while len(_BY_GROUP) > _BY_GROUP_MAX:
+        _BY_GROUP.popitem(last=False)
     return mod.kernel, source
 
 

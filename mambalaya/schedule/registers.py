@@ -11,6 +11,8 @@ stores) is the same either way.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import dataclass
 
@@ -53,12 +55,17 @@ class RegisterGemm:
 
 def plain_access(acc: Access, e: Einsum) -> bool:
     """Each index one of the Einsum's ranks plus a constant, no rank twice: one element read per point."""
+    return _plain(acc, tuple(e.ranks))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _plain(acc: Access, ranks: tuple[str, ...]) -> bool:  # (the tile search asks it of every tiling it prices)
     seen: set[str] = set()
     for ix in acc.indices:
-        ranks = [x for x in ix.free_symbols if str(x) in e.ranks]
-        if len(ranks) != 1 or str(ranks[0]) in seen or sympy.diff(ix, ranks[0]) != 1:
+        ranks_in = [x for x in ix.free_symbols if str(x) in ranks]
+        if len(ranks_in) != 1 or str(ranks_in[0]) in seen or sympy.diff(ix, ranks_in[0]) != 1:
             return False
-        seen.add(str(ranks[0]))
+        seen.add(str(ranks_in[0]))
     return True
 
 

@@ -13,7 +13,7 @@ from mambalaya.arch import load_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
 from mambalaya.cost.price import matrix_waste, sector_bytes, staged_bytes
-from mambalaya.cost.tiling import SPREAD_MIN_GAIN, Tiled, best_tiling, search_order, tile_options, tiling_floor
+from mambalaya.cost.tiling import SPREAD_MIN_GAIN, SPREAD_MIN_OVERHEAD, Tiled, best_tiling, search_order, tile_options, tiling_floor
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
@@ -124,5 +124,7 @@ def test_the_tile_search_is_never_beaten_by_the_brute_force(data) -> None:
             if want is None:
                 continue
             assert isinstance(got, Tiled), (members, arch.name, got)
-            # (the search stops spreading a group once no tiling can gain more than SPREAD_MIN_GAIN of it)
-            assert got.cost.latency_s <= want * (1 + SPREAD_MIN_GAIN), (members, arch.name, got.group.tiles)
+            # (the search stops spreading a group once no tiling can gain more than SPREAD_MIN_GAIN of it,
+            # or more than SPREAD_MIN_OVERHEAD of a launch)
+            slack = max(want * SPREAD_MIN_GAIN / (1 - SPREAD_MIN_GAIN), SPREAD_MIN_OVERHEAD * arch.group_overhead_s)
+            assert got.cost.latency_s <= want + slack, (members, arch.name, got.group.tiles)
