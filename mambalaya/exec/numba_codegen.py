@@ -220,6 +220,7 @@ class _Ctx:
     spec: dict[str, Buffer] = field(default_factory=dict)
     ranges: dict[str, dict[str, Range]] = field(default_factory=dict)  # member -> rank -> range
     inline: frozenset[str] = frozenset()
+    viewed: set[str] = field(default_factory=set)  # buffers whose load is a view of the tensor
     # the member being printed
     bounds: dict[str, tuple[str, str]] = field(default_factory=dict)  # rank -> (lo, hi) code of its range
     base: dict[str, list[str | None]] = field(default_factory=dict)  # buffer -> base code per axis (None: 0)
@@ -1017,15 +1018,68 @@ def _compute(ctx: _Ctx, s: Compute, depth: int) -> None:
         _emit_einsum(ctx, e, depth, accumulate)
 
 
-def _copy(ctx: _Ctx, stmt: Load | Store, depth: int) -> None:
-    """A box between an off-chip array and a buffer, counted (elements) as it is copied."""
-    b = ctx.spec[stmt.buffer]
+def viewed_loads(cascade: Cascade, g: GroupSchedule) -> set[str]:
+    """Buffers whose load binds a view of the tensor instead of copying its box into the arena.
+
+    A CPU's caches fill from the reads themselves: copying a box into the arena first moves every byte
+    twice more (a write and a re-read), which for a decode step's weights was most of its time. A view
+    reads the same elements: a plain load (not sliding, not a first-tile or initial-state load) is the only
+    statement that fills its buffer, every axis starts at 0 or at the box's lower end (so the view's index
+    is the buffer's), and the group does not write the tensor. The arena still reserves the buffer (the
+    capacity the schedule was checked against) and the load still counts the box's elements."""
+    fills: dict[str, int] = {}
+    for x, _ in g.statements():
+        if isinstance(x, (Load, Shift)):
+            fills[x.buffer] = fills.get(x.buffer, 0) + 1
+        elif isinstance(x, Compute):
+            for b in (x.buffer, *(y.buffer for y in x.scan)):
+                fills[b] = fills.get(b, 0) + 2  # (never viewed)
+    spec = {b.name: b for b in g.buffers}
+    out: set[str] = set()
+    for x, _ in g.statements():
+        if (isinstance(x, Load) and x.slides is None and x.first_of is None and x.init_of is None
+                and x.tensor not in g.writes and fills.get(x.buffer) == 1 and spec[x.buffer].axes
+                and len(spec[x.buffer].axes) == len(cascade.shape(x.tensor))
+                and all(a.base in ("zero", "box") for a in spec[x.buffer].axes)):
+            out.add(x.buffer)
+    return out
+
+
+def _box_names(ctx: _Ctx, stmt: Load | Store, depth: int) -> list[str]:
+    """Each axis of the statement's box as ``q_N_lo``/``q_N_hi`` variables emitted here; their stems."""
     names = []
     for ax in stmt.box:
         name = ctx.tmp("q")
         for line in ctx.names.box_code(ax, ctx.ranges, name):
             ctx.emit(depth, line)
         names.append(name)
+    return names
+
+
+def _view(ctx: _Ctx, stmt: Load, depth: int) -> None:
+    """A load the kernel reads in place (:func:`viewed_loads`): its buffer bound to the tensor's view from
+    the buffer's base, its box's elements counted."""
+    b = ctx.spec[stmt.buffer]
+    names = _box_names(ctx, stmt, depth)
+    shape = ctx.cascade.shape(stmt.tensor)
+    parts = []
+    for z, ax, n in zip(_base_code(ctx, b, depth), b.axes, shape, strict=True):
+        if z is None:
+            parts.append(":" if ax.extent >= n else f"0:{ax.extent}")
+        else:
+            parts.append(f"{z}:{z} + {ax.extent}")
+    ctx.emit(depth, f"{ctx.bufvar[stmt.buffer]} = {_view_code(ctx.params[stmt.tensor], parts)}")
+    n = " * ".join(f"max(0, {q}_hi - {q}_lo + 1)" for q in names) or "1"
+    ctx.emit(depth, f"tc[{ctx.slot[stmt.tensor]}] += {n}")
+
+
+def _copy(ctx: _Ctx, stmt: Load | Store, depth: int) -> None:
+    """A box between an off-chip array and a buffer, counted (elements) as it is copied."""
+    if isinstance(stmt, Load) and stmt.buffer in ctx.viewed:
+        _view(ctx, stmt, depth)
+        return
+    b = ctx.spec[stmt.buffer]
+    names = _box_names(ctx, stmt, depth)
     if isinstance(stmt, Load) and stmt.slides is not None:
         q = names[stmt.slides]
         prev = f"ld_{ctx.bufvar[stmt.buffer]}"
@@ -1123,11 +1177,14 @@ def group_source(cascade: Cascade, g: GroupSchedule, dtype: str) -> str:
     ctx.bufvar = {b.name: f"b{i}" for i, b in enumerate(g.buffers)}
     ctx.ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in g.ranges.items()}
     ctx.inline = frozenset(m for m, _ in g.inline)
+    ctx.viewed = viewed_loads(cascade, g)
     ctx.emit(0, f"# group {g.index}: {', '.join(g.einsums)}")
     ctx.emit(0, '@njit(cache=True, error_model="numpy", parallel=PARALLEL)')
     ctx.emit(0, f"def kernel({', '.join([*ctx.params.values(), 'arena', 'tc'])}):")
     for b in g.buffers:
         v = ctx.bufvar[b.name]
+        if b.name in ctx.viewed:  # (bound where its load runs)
+            continue
         shape = ", ".join(str(n) for n in b.shape)
         view = f"arena[{b.offset}:{b.offset + b.elements}]"
         ctx.emit(1, f"{v} = {view}.reshape(({shape},))" if len(b.shape) > 1 else f"{v} = {view}")
@@ -1142,4 +1199,4 @@ def group_source(cascade: Cascade, g: GroupSchedule, dtype: str) -> str:
     return PRELUDE + f"PARALLEL = {ctx.parallel}\n\n\n" + "\n".join(ctx.lines) + "\n"
 
 
-__all__ = ["BLAS_IN_PRANGE", "PARALLEL_WORK", "PRELUDE", "SCAN_BLOCK", "group_source"]
+__all__ = ["BLAS_IN_PRANGE", "PARALLEL_WORK", "PRELUDE", "SCAN_BLOCK", "group_source", "viewed_loads"]

@@ -12,7 +12,6 @@ stores) is the same either way.
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass
 
