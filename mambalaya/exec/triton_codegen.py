@@ -35,7 +35,7 @@ from mambalaya.ir.expr import Access, BinOp, Call, Const, Node, ParamRef, Reduce
 from mambalaya.ir.functions import FUNCTIONS, constant_value
 from mambalaya.schedule import Buffer, Compute, GroupSchedule, Load, LoopBlock, Range, Shift, Store
 from mambalaya.schedule.compute import Contraction, distinct_accesses, dot_plans, scan_shape
-from mambalaya.schedule.extent import range_length
+from mambalaya.schedule.extent import range_is_uniform, range_length
 from mambalaya.schedule.registers import RegisterGemm, direct_loads, register_gemm
 
 #: tl.dot operand precisions (fp32 accumulation in all three).
@@ -436,7 +436,7 @@ def _bound(ctx: _Ctx, rank: str) -> tuple[str, str, int]:
 
 
 def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str, int]], flat: str, depth: int, blk: _Block,
-               axis: int | None, scalar: bool) -> str:
+               axis: int | None, scalar: bool, nblk: int | None = None) -> str:
     """Bind each rank of ``ext`` ((rank, lo, hi, most elements its range spans) each) from the flat index ``flat``
     (the last rank fastest) in ``blk`` on ``axis``; return the lane mask. The flat index walks the ranks' static
     spans (constant divisors: shifts or a multiply, not a division), each rank masked to its range this
@@ -445,7 +445,9 @@ def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str, int]], flat: str, depth
         lane = f"{flat} < 1"
         blk.lanes.setdefault(axis, []).append(lane)
         return lane
-    parts = [f"({flat} < {math.prod(n for *_, n in ext)})"]
+    # (a lane test that always holds is left out: a mask Triton cannot prove uniform keeps loads scalar)
+    whole = math.prod(n for *_, n in ext)
+    parts = [] if nblk == whole else [f"({flat} < {whole})"]
     rem = flat
     for i, (r, lo, hi, n) in enumerate(reversed(ext)):
         span = f"({hi} - {lo})" if lo != "0" else hi
@@ -457,14 +459,24 @@ def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str, int]], flat: str, depth
         else:  # (one element: a vector of zeros keeps the index a block where the flat index is one)
             local = "0" if scalar else ctx.var(depth, f"{rem} * 0", "a")
         ctx.emit(depth, f"{v} = {lo} + {local}" if lo != "0" else f"{v} = {local}")
-        parts.append(f"({local} < {span})" if local != "0" else f"({span} > 0)")
+        if not _uniform(ctx, r, n):
+            parts.append(f"({local} < {span})" if local != "0" else f"({span} > 0)")
         if len(ext) > 1 and i < len(ext) - 1 and n > 1:
             rem = ctx.var(depth, f"{rem} // {n}", "q")
         blk.rv[r] = v
         blk.axis[r] = axis
+    if not parts:
+        blk.lanes.setdefault(axis, [])
+        return "True"
     lane = " & ".join(parts)
     blk.lanes.setdefault(axis, []).append(lane)
     return lane
+
+
+def _uniform(ctx: _Ctx, rank: str, n: int) -> bool:
+    """Whether the rank's range this execution always spans its static ``n`` indices (no lane test needed)."""
+    x = ctx.ranges[ctx.cur[0]][rank]
+    return range_is_uniform(x, ctx.sched.loops) and range_length(x, ctx.sched.loops) == n
 
 
 def _extents(ctx: _Ctx, ranks: tuple[str, ...]) -> tuple[list[tuple[str, str, str, int]], int]:
@@ -500,7 +512,7 @@ def _one_block(ctx: _Ctx, ranks: tuple[str, ...], nblk: int, depth: int, blk: _B
     ext, _ = _extents(ctx, ranks)
     flat = ctx.tmp(stem)
     ctx.emit(depth, f"{flat} = tl.arange(0, {nblk})")
-    _bind_flat(ctx, ext, flat, depth, blk, 0, False)
+    _bind_flat(ctx, ext, flat, depth, blk, 0, False, nblk)
 
 
 def _place(blk: _Block, ranks: tuple[str, ...], axis: int, ndim: int) -> None:

@@ -227,6 +227,21 @@ def _range_length(r: Range, tile: int, extent: int) -> int:  # (the mapper asks 
     return max(b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips)))
 
 
+def range_is_uniform(r: Range, loops: tuple[Loop, ...]) -> bool:
+    """Whether the range spans the same number of indices at every tile of its loop (then code over it needs
+    no mask beyond that static length)."""
+    if r.loop is None:
+        return True
+    lp = loops[r.loop]
+    return _range_uniform(r, lp.tile, lp.extent)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _range_uniform(r: Range, tile: int, extent: int) -> bool:
+    lp = Loop(r.rank, extent, tile)
+    return len({b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips))}) == 1
+
+
 def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     """The longest the box gets on this axis over every tile of the loops it moves with."""
     if fn.static is not None:
@@ -354,4 +369,4 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
 
 
 __all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
-           "range_length", "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]
+           "range_is_uniform", "range_length", "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]

@@ -61,3 +61,14 @@ def test_triton_prints_the_grid_and_counts_under_count(mlp) -> None:
         return next(ln.strip() for ln in reversed(code[:i]) if len(ln) - len(ln.lstrip()) < ind)
 
     assert all(block_of(i) == "if COUNT:" for i, ln in enumerate(code) if "tl.atomic_add" in ln)
+
+
+@pytest.mark.parametrize(("tile", "masked"), [(2, False), (3, True)])
+def test_triton_masks_a_tile_range_only_where_a_tile_can_be_short(mlp, tile: int, masked: bool) -> None:
+    """m in tiles of 2 (of 8) always spans 2 rows: no lane test of it (a mask Triton cannot prove uniform keeps
+    the loads scalar); tiles of 3 leave a last tile of 2, whose rows are masked."""
+    from mambalaya.exec.triton_codegen import group_kernel_source
+
+    m = Mapping((FusionGroup(("T",), ("m", "k", "n"), {"m": tile}), FusionGroup(("R", "Y"), ("m", "n", "p"))), "mlp2")
+    source = group_kernel_source(mlp, lower_mapping(mlp, m, "h200").groups[0], "float32").source
+    assert ("(hi_m - lo_m)" in source) is masked
