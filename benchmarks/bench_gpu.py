@@ -553,7 +553,8 @@ def table(path: Path, repredicted: bool = False, maps: Path | None = None) -> st
     lines = [
         "# The mapper's h200 schedule on the GPU vs the h200 cost model",
         "",
-        f"Measured {data['started']} on {env['gpu']} (torch {env['torch']}, triton {env['triton']}, CUDA "
+        f"Measured {', '.join(data.get('runs') or [data['started']])} (points merged from these runs, each measured "
+        f"with the code of that time) on {env['gpu']} (torch {env['torch']}, triton {env['triton']}, CUDA "
         f"{env['cuda']}, Python {env['python']}) with `python benchmarks/bench_gpu.py OUT --mappings MAPS "
         "--mamba-ssm SRC` (MAPS from `python benchmarks/bench_gpu.py --map-only MAPS` on a CPU: the mapper's "
         "`optimal_mapping(cascade, 'h200')`, the hand grouping at the tool's tiles, the unfused baseline); table: "
