@@ -44,6 +44,9 @@ SPREAD_MIN_OVERHEAD = 0.5
 QUICK_OCCUPANCY_SLACK = 2
 #: Most rounds of the local search (:meth:`_Search.descend`); each tries every single and paired move.
 DESCENT_ROUNDS = 4
+#: Without program slots, a local search runs from the best starting tiling only when it costs more than this
+#: multiple of the group's bound (:meth:`_Search.far_from_bound`)
+DESCEND_BEYOND = 2.0
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,20 @@ class _Search:
         floor = self.floor(tiles) if self.objective == "latency" else None
         return floor is not None and floor > best.latency_s * (1 + 1e-9)
 
+    def near_bound(self, cost: GroupCost) -> bool:
+        """Whether no tiling can gain more than SPREAD_MIN_GAIN of ``cost`` (or SPREAD_MIN_OVERHEAD of a launch) by
+        the group's bound: then searching on is not worth its lowerings."""
+        lb = self.bound()
+        return lb is not None and cost.latency_s - lb.latency_s <= max(
+            SPREAD_MIN_GAIN * cost.latency_s, SPREAD_MIN_OVERHEAD * self.ctx.arch.group_overhead_s)
+
+    def far_from_bound(self, cost: GroupCost) -> bool:
+        """Whether ``cost`` is more than DESCEND_BEYOND times the group's bound: on an arch without program slots
+        the starting tilings are usually near the best (a local search from them tripled the mapping time for
+        no better optimum on the shipped cascades), but not always."""
+        lb = self.bound()
+        return lb is not None and cost.latency_s > DESCEND_BEYOND * lb.latency_s
+
     def spread(self, tiles: dict[str, int], cost: GroupCost) -> tuple[dict[str, int], GroupCost]:
         """On an arch with program slots: the best of ``tiles`` and the tilings that give the grid about one
         program per slot (each outer loop alone, the two outermost split evenly), then a walk to a neighbouring
@@ -244,9 +261,7 @@ class _Search:
         more of the chip until the re-reads they add cost more; a wider reduction tile feeds the matrix unit."""
         slots = self.ctx.arch.program_slots
         best = (dict(tiles), cost)
-        lb = self.bound()  # no tiling is faster
-        if lb is not None and cost.latency_s - lb.latency_s <= max(SPREAD_MIN_GAIN * cost.latency_s,
-                                                                  SPREAD_MIN_OVERHEAD * self.ctx.arch.group_overhead_s):
+        if self.near_bound(cost):
             return best
 
         def better(cand: dict[str, int]) -> None:
@@ -363,8 +378,10 @@ class _Search:
             c = self.cost(least)
             if isinstance(c, GroupCost):
                 best = (least, c)
-        if best is not None and slots:
-            best = self.spread(*best)
+        if best is not None:  # (without program slots: a local search from the best start; a GEMM over a batch of
+            # 64 kept every start's partial sums whole along the batch and re-read its weight per row tile: 55x
+            # the compulsory traffic of the MARCA baseline at seqlen 2^17)
+            best = self.spread(*best) if slots else self.descend(*best) if self.far_from_bound(best[1]) else best
         if best is None:
             reasons = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str)]
             return Untileable(self.einsums, reasons[0] if reasons else "no tiling fits", self.least)
