@@ -378,10 +378,11 @@ class _Search:
             c = self.cost(least)
             if isinstance(c, GroupCost):
                 best = (least, c)
-        if best is not None:  # (without program slots: a local search from the best start; a GEMM over a batch of
-            # 64 kept every start's partial sums whole along the batch and re-read its weight per row tile: 55x
-            # the compulsory traffic of the MARCA baseline at seqlen 2^17)
-            best = self.spread(*best) if slots else self.descend(*best) if self.far_from_bound(best[1]) else best
+        if best is not None and slots:
+            best = self.spread(*best)
+        elif best is not None and self.far_from_bound(best[1]):  # (a GEMM over a batch of 64 kept every start's
+            # partial sums whole along the batch and re-read its input per tile: MARCA's X0 at seqlen 2^17, 225x its bound)
+            best = self.descend(*best)
         if best is None:
             reasons = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str)]
             return Untileable(self.einsums, reasons[0] if reasons else "no tiling fits", self.least)

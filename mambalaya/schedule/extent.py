@@ -218,13 +218,7 @@ def range_length(r: Range, loops: tuple[Loop, ...]) -> int:
     if r.loop is None:
         return r.size
     lp = loops[r.loop]
-    return _range_length(r, lp.tile, lp.extent)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _range_length(r: Range, tile: int, extent: int) -> int:  # (the mapper asks it of every tiling it tries)
-    lp = Loop(r.rank, extent, tile)
-    return max(b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips)))
+    return _range_spans(r, lp.tile, lp.extent)[1]
 
 
 def range_is_uniform(r: Range, loops: tuple[Loop, ...]) -> bool:
@@ -233,13 +227,16 @@ def range_is_uniform(r: Range, loops: tuple[Loop, ...]) -> bool:
     if r.loop is None:
         return True
     lp = loops[r.loop]
-    return _range_uniform(r, lp.tile, lp.extent)
+    least, most = _range_spans(r, lp.tile, lp.extent)
+    return least == most
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _range_uniform(r: Range, tile: int, extent: int) -> bool:
+def _range_spans(r: Range, tile: int, extent: int) -> tuple[int, int]:  # (the mapper asks it of every tiling)
+    """(least, most) indices the range spans over the loop's tiles."""
     lp = Loop(r.rank, extent, tile)
-    return len({b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips))}) == 1
+    spans = [b - a for a, b in (r.bounds(*tile_of(lp, t)) for t in range(lp.trips))]
+    return min(spans), max(spans)
 
 
 def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:

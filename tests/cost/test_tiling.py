@@ -90,3 +90,17 @@ def test_occupancy_grows_with_tiles_and_untiled_bounds_cost(data_cascade, data) 
                 continue
             cost = group_costs(ctx, sched)[0]
             assert whole.traffic_bytes <= cost.traffic_bytes and whole.latency_s <= cost.latency_s * (1 + 1e-12)
+
+
+def test_a_batched_gemm_on_an_arch_without_slots_is_tiled_near_its_bound() -> None:
+    """MARCA's X0 (mamba-1.4b, batch 64, seqlen 2^17): every starting tiling kept the partial sums whole along
+    the batch and re-read the input per tile (281 TB, 225x the bound); the local search from the best start
+    finds a tiling within DESCEND_BEYOND of the bound."""
+    from mambalaya.cost.tiling import DESCEND_BEYOND, best_tiling
+
+    c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 131072})
+    ctx = CostContext(c, load_arch("marca"))
+    got = best_tiling(ctx, ("X0",))
+    lb = _Search(ctx, ("X0",), "latency", None).bound()
+    assert got.cost.latency_s <= DESCEND_BEYOND * lb.latency_s, (got.group.tiles, got.cost.latency_s, lb.latency_s)
+    assert got.cost.traffic_bytes < 1e12

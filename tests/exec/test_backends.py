@@ -191,3 +191,22 @@ def test_a_member_accumulated_over_an_outer_loop_is_stored_whole(backend: str) -
     m = Mapping((FusionGroup(("T1",)), FusionGroup(("T2", "T3"), ("i", "m"), {"i": 2, "m": 1})), c.name)
     arch = load_arch("h200" if backend == "triton" else "mambalaya")
     _verify(c, arch, m, backend)
+
+
+def test_numba_prints_a_group_once_however_often_it_runs(monkeypatch) -> None:
+    """Printing a group's source costs milliseconds, more than a decode step's kernel: a schedule run again is
+    not printed again (and a new schedule object is)."""
+    import mambalaya.exec.numba_backend as nb
+
+    c = parse_cascade_text(THREE_WEIGHTS)
+    m = Mapping((FusionGroup(("P", "Q", "R"), ("m", "n", "k"), {"m": 1, "n": 2}),), c.name)
+    printed = []
+    real = nb.group_source
+    monkeypatch.setattr(nb, "group_source", lambda *a: printed.append(1) or real(*a))
+    s = lower_mapping(c, m, load_arch("mambalaya"))
+    inputs = random_inputs(c, seed=0)
+    first = execute(c, s, inputs, "numba", "float64").outputs
+    again = execute(c, s, inputs, "numba", "float64").outputs
+    assert len(printed) == 1 and all(np.array_equal(first[k], again[k]) for k in first)
+    execute(c, lower_mapping(c, m, load_arch("mambalaya")), inputs, "numba", "float64")
+    assert len(printed) == 2
