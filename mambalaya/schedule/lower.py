@@ -517,10 +517,14 @@ class _Lowering:
         self.skews(loops, ms)
         if probe:
             return _Builder(self, loops, ms, tree, self.windows(loops, ms)).occupancy()
-        sched = _Builder(self, loops, ms, tree, self.windows(loops, ms)).build()
+        wins = self.windows(loops, ms)
         if self.policy.gpu:  # the leading parallel loops become the program grid
+            # (a loop's role needs only the members and their own buffers, not the operands' streams)
+            probe = _Builder(self, loops, ms, tree, wins)
+            probe.internal_buffers()
+            roles = probe.roles()
             grid = 0
-            while grid < len(loops) and sched.loops[grid].role == "parallel" and not self._after_at(tree, grid):
+            while grid < len(loops) and roles[grid].role == "parallel" and not self._after_at(tree, grid):
                 grid += 1
             if grid:
                 ms = self.ranges(loops)
@@ -528,8 +532,8 @@ class _Lowering:
                 self.notes = notes
                 self.fuse_scans(tree)
                 self.skews(loops, ms)
-                sched = replace(_Builder(self, loops, ms, tree, self.windows(loops, ms), grid).build(), grid=grid)
-        return sched
+                return replace(_Builder(self, loops, ms, tree, self.windows(loops, ms), grid).build(), grid=grid)
+        return _Builder(self, loops, ms, tree, wins).build()
 
     def fuse_scans(self, tree: list) -> None:
         """Recurrences whose group readers it can compute step by step (:func:`~.compute.scan_consumers`),
