@@ -16,6 +16,7 @@ import json
 import math
 import re
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ MAMBA1_DEFAULTS: dict[str, Any] = {
     "expand": 2,
     "time_step_rank": "auto",
     "num_hidden_layers": 32,
+    "vocab_size": 50280,
+    "tie_word_embeddings": True,
+    "layer_norm_epsilon": 1e-5,
 }
 MAMBA2_DEFAULTS: dict[str, Any] = {
     "hidden_size": 4096,
@@ -48,6 +52,8 @@ MAMBA2_DEFAULTS: dict[str, Any] = {
     "layer_norm_epsilon": 1e-5,
     "time_step_limit": (0.0, math.inf),
     "num_hidden_layers": 64,
+    "vocab_size": 32768,
+    "tie_word_embeddings": False,
 }
 
 # Tensors a mixer must have (optional ones: conv1d.bias, in_proj.bias, out_proj.bias).
@@ -156,6 +162,13 @@ def _from_mamba_ssm_config(raw: dict[str, Any]) -> dict[str, Any]:
         "expand": expand,
         "conv_kernel": int(ssm.get("d_conv", 4)),
         "source_format": "mamba_ssm",
+        # the whole model: mamba_ssm pads the vocabulary up to a multiple (its checkpoints hold the padded size)
+        "vocab_size": -(-int(raw.get("vocab_size", 50277)) // int(raw.get("pad_vocab_size_multiple", 8)))
+        * int(raw.get("pad_vocab_size_multiple", 8)),
+        "tie_word_embeddings": bool(raw.get("tie_embeddings", True)),
+        "layer_norm_epsilon": float(raw.get("norm_epsilon", 1e-5)),
+        "norm_epsilon": float(raw.get("norm_epsilon", 1e-5)),  # the blocks' norms (Mamba-2's gated one: 1e-5)
+        "rms_norm": bool(raw.get("rms_norm", True)),
     }
     if layer == "Mamba1":
         out.update(
@@ -581,3 +594,116 @@ def check_mixer_weights(
             "check that config and weights belong to the same model",
             file=file,
         )
+
+
+# --------------------------------------------------------------------------- whole models
+
+#: Where a whole-model file keeps the parts around the mixers (transformers' names, then mamba_ssm's).
+_EMBEDDINGS = ("backbone.embeddings.weight", "backbone.embedding.weight", "embeddings.weight", "embedding.weight")
+_NORM_F = ("backbone.norm_f.weight", "norm_f.weight")
+_LM_HEAD = ("lm_head.weight",)
+_BLOCK_NORM = re.compile(r"^(?:backbone\.|model\.)?layers\.(\d+)\.norm\.weight$")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What a whole language model adds to its mixers' config: layers, vocabulary, norms, head, stop token."""
+
+    family: Family
+    layers: int
+    vocab: int
+    d_model: int
+    eps: float  # the blocks' RMSNorm (pre-norm and the final norm_f)
+    tied: bool  # the LM head is the embedding matrix
+    eos: tuple[int, ...]  # token ids that end a generation (none: run to max_new_tokens)
+
+
+def model_config(cfg: dict[str, Any]) -> ModelConfig:
+    """The whole-model fields of a config (transformers 5.24 defaults for the ones it omits)."""
+    family = config_family(cfg)
+    d = MAMBA1_DEFAULTS if family == "mamba1" else MAMBA2_DEFAULTS
+    if not cfg.get("rms_norm", True):
+        raise WeightsError("the config's blocks use LayerNorm (rms_norm: false); only RMSNorm blocks are supported")
+    eos = cfg.get("eos_token_id", 0 if family == "mamba1" else 2)
+    eos_ids = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in eos_ids):
+        raise WeightsError(f"config field 'eos_token_id' must be an integer, a list of them or null, got {eos!r}")
+    return ModelConfig(
+        family=family,
+        layers=_int_field(cfg, "num_hidden_layers", d),
+        vocab=_int_field(cfg, "vocab_size", d),
+        d_model=_int_field(cfg, "hidden_size", d),
+        eps=_float_field(cfg.get("norm_epsilon", cfg.get("layer_norm_epsilon", 1e-5)), "layer_norm_epsilon"),
+        tied=bool(cfg.get("tie_word_embeddings", d["tie_word_embeddings"])),
+        eos=eos_ids,
+    )
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A whole Mamba language model's tensors, float32 (or float64), mixers with mixer-level names."""
+
+    embeddings: np.ndarray  # [vocab, d_model]
+    norms: tuple[np.ndarray, ...]  # each block's pre-norm weight [d_model]
+    mixers: tuple[dict[str, np.ndarray], ...]
+    norm_f: np.ndarray  # [d_model]
+    lm_head: np.ndarray  # [vocab, d_model]: the embeddings themselves when tied
+
+
+def load_model_weights(path: str | Path, config: ModelConfig) -> ModelWeights:
+    """Read every tensor a whole model needs from one ``.safetensors`` / ``.npz`` file (a CausalLM checkpoint).
+
+    Layers must be 0 .. ``config.layers`` - 1, each with its mixer and its block norm; the LM head is
+    ``lm_head.weight``, or the embeddings when the config ties them (transformers then omits it from the
+    file). Shapes are checked against the config, so a file of another model fails here, naming the tensor.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise WeightsError("weights file not found; pass a .safetensors or .npz file", file=str(p))
+    suffix = p.suffix.lower()
+    if suffix not in (".safetensors", ".npz"):
+        raise WeightsError(f"unknown weights file extension {p.suffix!r}; use .safetensors or .npz", file=str(p))
+    reader = _SafetensorsReader(p) if suffix == ".safetensors" else _NpzReader(p)
+    try:
+        names = set(reader.keys())
+
+        def one_of(options: tuple[str, ...], what: str) -> np.ndarray:
+            for name in options:
+                if name in names:
+                    return _to_float(reader.get(name), name)
+            raise WeightsError(f"the file has no {what} (looked for {', '.join(options)}); is it a whole-model "
+                               "checkpoint (MambaForCausalLM / Mamba2ForCausalLM)?")
+
+        embeddings = one_of(_EMBEDDINGS, "token embeddings")
+        norm_f = one_of(_NORM_F, "final norm")
+        if config.tied:
+            lm_head = embeddings
+        else:
+            lm_head = one_of(_LM_HEAD, "LM head (the config does not tie it to the embeddings)")
+        want = (config.vocab, config.d_model)
+        for name, arr in (("embeddings", embeddings), ("lm_head", lm_head)):
+            if arr.shape != want:
+                raise WeightsError(f"the {name} have shape {arr.shape} but the config says (vocab_size, hidden_size) "
+                                   f"= {want}; do config and weights belong to the same model?")
+        if norm_f.shape != (config.d_model,):
+            raise WeightsError(f"norm_f.weight has shape {norm_f.shape}, expected ({config.d_model},)")
+        block_norms = {int(m.group(1)): n for n in names if (m := _BLOCK_NORM.match(n))}
+        mixers, norms = [], []
+        for layer in range(config.layers):
+            if layer not in block_norms:
+                have = sorted(block_norms)
+                raise WeightsError(f"layer {layer}'s block norm is missing; the file has norms of layers "
+                                   f"{_ranges(have) if have else 'none'} and the config says {config.layers} layers")
+            norm = _to_float(reader.get(block_norms[layer]), block_norms[layer])
+            if norm.shape != (config.d_model,):
+                raise WeightsError(f"{block_norms[layer]} has shape {norm.shape}, expected ({config.d_model},)")
+            norms.append(norm)
+            wanted = _select_layer(sorted(names), layer)
+            mixer = {short: _to_float(reader.get(full), full) for full, short in wanted.items()}
+            _check_required(mixer, config.family)
+            mixers.append(mixer)
+    except WeightsError as err:
+        raise err.located(file=str(p)) from None
+    finally:
+        reader.close()
+    return ModelWeights(embeddings, tuple(norms), tuple(mixers), norm_f, lm_head)

@@ -186,6 +186,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from mambalaya.exec.generate import load_generator, read_prompt_ids
+
+    prompt = read_prompt_ids(args.prompt_ids, args.prompt_file)
+    if args.max_new_tokens < 1:
+        raise MambalayaError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.output and Path(args.output).parent and not Path(args.output).parent.is_dir():
+        raise MambalayaError(f"cannot write {args.output}: its folder does not exist")
+    options = {"matmul_precision": args.matmul_precision} if args.backend == "triton" else {}
+    generator = load_generator(args.config, args.weights, args.arch, args.backend, **options)
+    bar = Progress(TextColumn("generate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), disable=args.json or not sys.stderr.isatty(), transient=True)
+    with bar:
+        task = bar.add_task("generate", total=args.max_new_tokens)
+        result = generator.generate(prompt, args.max_new_tokens, stop_at_eos=not args.ignore_eos,
+                                    on_token=lambda done, _total: bar.update(task, completed=done))
+    if args.output:
+        from io import BytesIO
+
+        if args.output.endswith(".npy"):
+            buf = BytesIO()
+            np.save(buf, np.asarray(result.tokens, dtype=np.int64))
+            write_atomic(args.output, buf.getvalue())
+        else:
+            write_atomic(args.output, (",".join(map(str, result.tokens)) + "\n").encode())
+    if args.json:
+        _emit_json(result.to_json())
+    else:
+        print(",".join(map(str, result.tokens)))
+        t = result.to_json()["time_s"]
+        pred = result.predicted
+        print(f"{len(result.tokens)} new tokens at {result.tokens_per_s:.1f} tokens/s on {result.backend} "
+              f"({result.arch}'s schedules): prefill {t['prefill'] * 1e3:.1f} ms for {len(prompt)} tokens, decode "
+              f"{t['decode_per_token'] * 1e3:.2f} ms per token, LM head {t['lm_head'] * 1e3:.1f} ms in all "
+              f"(mapping {t['map']:.1f} s and compiling {t['compile']:.1f} s before)", file=sys.stderr)
+        if pred is not None:
+            top = ", ".join(f"{e} {s:.0%}" for e, s in pred.dominant[:3])
+            print(f"predicted on {pred.arch}: {pred.tokens_per_s:.1f} tokens/s decode ({pred.token_s * 1e3:.2f} ms "
+                  f"per token; most of it: {top})", file=sys.stderr)
+    if result.interrupted:
+        print(f"interrupted: kept the {len(result.tokens)} tokens finished", file=sys.stderr)
+        return 130
+    return EXIT_OK
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from mambalaya.report.report import check_output_dir, write_report
 
@@ -292,6 +340,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
                    help="tl.dot operand precision of the triton backend (fp32 accumulation in all three)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("generate", help="greedy token generation with a whole Mamba model, every mixer through "
+                                        "the mapper's fused schedule")
+    p.add_argument("--config", required=True, help="Hugging Face config.json (MambaConfig or Mamba2Config)")
+    p.add_argument("--weights", required=True, help="the whole model's .safetensors or .npz (a CausalLM checkpoint)")
+    p.add_argument("--prompt-ids", help="prompt token ids, e.g. 1,2,3")
+    p.add_argument("--prompt-file", help="prompt token ids: an integer .npy, or text of ids")
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--arch", help="whose schedules run, and whose predicted speed is shown (default: cpu with "
+                                  "numba, h200 with triton)")
+    p.add_argument("--backend", default="numba", choices=["numba", "triton"],
+                   help="numba: compiled CPU kernels; triton: generated GPU kernels (a CUDA GPU, or TRITON_INTERPRET=1)")
+    p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="tl.dot operand precision of the triton backend")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at the config's end-of-sequence id")
+    p.add_argument("-o", "--output", help="also write the new ids: .npy (int64) or text (comma-separated)")
+    p.add_argument("--json", action="store_true", help='print one JSON object: {"prompt", "tokens", "tokens_per_s", ...}')
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("report", help="Markdown + self-contained HTML fusion report with figures and mapping.json")
     _cascade_args(p)

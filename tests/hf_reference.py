@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from transformers import DynamicCache, Mamba2Config, MambaConfig
+from transformers import DynamicCache, Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM
 from transformers.models.mamba import modeling_mamba
 from transformers.models.mamba2 import modeling_mamba2
 
@@ -479,3 +479,67 @@ def save_model(
 def mixer_arrays(mixer: Mixer) -> dict[str, np.ndarray]:
     """The mixer's tensors as float32 numpy arrays, keyed like its state_dict."""
     return {k: v.detach().numpy().copy() for k, v in mixer.state_dict().items()}
+
+
+# --------------------------------------------------------------------------- whole language models
+
+
+def make_lm(
+    family: str,
+    *,
+    layers: int = 2,
+    vocab: int = 256,
+    seed: int = 0,
+    tie: bool | None = None,
+    eos: int | None = None,
+    **mixer: Any,
+) -> MambaForCausalLM | Mamba2ForCausalLM:
+    """A random ``MambaForCausalLM`` / ``Mamba2ForCausalLM`` (eval, float32) built from :func:`make_mamba1` /
+    :func:`make_mamba2` mixers (one seed per layer), with embeddings and head of unit scale (so greedy picks
+    are not near-ties; a tied head's embeddings smaller, see below) and norm weights in [0.5, 1.5] (so a missing one shows). ``mixer`` keywords size the
+    mixers; ``tie`` ties the head to the embeddings (default: the config class's default); ``eos`` is the
+    config's end-of-sequence id (None: generate to the end).
+    """
+    make = make_mamba1 if family == "mamba1" else make_mamba2
+    mixers = [make(seed=seed + i, num_layers=layers, layer_idx=i, **mixer) for i in range(layers)]
+    config = mixers[0].hf_config
+    config.vocab_size = vocab
+    config.eos_token_id = eos
+    if tie is not None:
+        config.tie_word_embeddings = tie
+    cls = MambaForCausalLM if family == "mamba1" else Mamba2ForCausalLM
+    model = cls(config).to(torch.float32).eval()
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    with torch.no_grad():
+        for layer, mixer_i in zip(model.backbone.layers, mixers, strict=True):
+            layer.mixer.load_state_dict(mixer_i.state_dict())
+            layer.norm.weight.copy_(0.5 + torch.rand(config.hidden_size, generator=gen))
+        # a tied head scores each token by its embedding: at unit scale the input token's own embedding
+        # wins every pick (greedy copies the last token); smaller, the blocks' outputs decide
+        emb_std = 0.1 if config.tie_word_embeddings else 1.0
+        model.backbone.embeddings.weight.copy_(_normal(gen, (vocab, config.hidden_size), emb_std))
+        model.backbone.norm_f.weight.copy_(0.5 + torch.rand(config.hidden_size, generator=gen))
+        if not config.tie_word_embeddings:
+            model.lm_head.weight.copy_(_normal(gen, (vocab, config.hidden_size), 1.0))
+    return model
+
+
+def save_lm(model: MambaForCausalLM | Mamba2ForCausalLM, directory: str | Path,
+            dtype: torch.dtype | None = None) -> tuple[Path, Path]:
+    """Write the model as transformers does (``save_pretrained``: config.json and model.safetensors, the tied
+    head left out); ``dtype`` converts the weights first. Returns (config, weights)."""
+    directory = Path(directory)
+    (model.to(dtype) if dtype is not None else model).save_pretrained(directory)
+    model.to(torch.float32)
+    return directory / "config.json", directory / "model.safetensors"
+
+
+def lm_generate(model: MambaForCausalLM | Mamba2ForCausalLM, prompt: Sequence[int],
+                max_new_tokens: int) -> tuple[list[int], list[np.ndarray]]:
+    """transformers' greedy ``generate`` on the pure-PyTorch path: the new ids and each step's logits."""
+    assert_torch_path()
+    ids = torch.tensor([list(prompt)])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(prompt):].tolist(), [lg[0].float().numpy() for lg in out.logits]

@@ -2,8 +2,9 @@
 
 From the released checkpoints' configs (state-spaces/mamba-* and
 state-spaces/mamba2-*), cross-checked with ``transformers``' MambaConfig and
-Mamba2Config; see REFERENCE.md. Vocabulary and layer counts are kept for
-whole-model studies (``layers``), not used by a single-layer cascade.
+Mamba2Config. Layer counts and the vocabulary are kept for whole-model
+studies (``layers``; the ``lm-head`` cascade's ``vocab``): 50277 tokens, padded
+in the checkpoints to a multiple of 8 (Mamba-1: 50280) or 16 (Mamba-2: 50288).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ class ModelSize:
 def _mamba1(name: str, d_model: int, layers: int) -> ModelSize:
     return ModelSize(name, "mamba1", layers, {
         "d_model": d_model, "expand": 2, "d_state": 16, "d_conv": 4, "dt_rank": math.ceil(d_model / 16),
+        "vocab": 50280,
     })
 
 
 def _mamba2(name: str, d_model: int, layers: int) -> ModelSize:
     return ModelSize(name, "mamba2", layers, {
         "d_model": d_model, "expand": 2, "d_state": 128, "d_conv": 4, "headdim": 64, "ngroups": 1,
-        "chunk": 256, "eps": 1e-5,
+        "chunk": 256, "eps": 1e-5, "vocab": 50288,
     })
 
 

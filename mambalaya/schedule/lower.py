@@ -301,6 +301,12 @@ class _Lowering:
                 if len({x.loop for x in related}) > 1:
                     which = ", ".join(sorted({loops[x.loop].rank for x in related if x.loop is not None}))
                     raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of them")
+                if len({(x.kind, x.scale, x.offset, x.divisor, x.modulus) for x in related}) > 1:
+                    # (Mamba-2's B and C channels of x are both pieces of the groups g, at two offsets: a
+                    # tile of g would compute one of them, and none of the channels before it)
+                    raise ScheduleError(f"{name}'s rank {r} is read as several pieces of the tiles of "
+                                        f"{loops[related[0].loop].rank}: a tile of it would compute one of them; "
+                                        "tile another loop")
                 ranges[r] = related[0] if related else Range(r, size)
             out[name] = _Member(name, e, ranges, frozenset(x.loop for x in ranges.values() if x.loop is not None))
         for m in out.values():
@@ -310,6 +316,9 @@ class _Lowering:
             m.loops = frozenset(x.loop for x in m.ranges.values() if x.loop is not None)
             self._check_tiling(m, loops)
             for r, x in m.ranges.items():
+                if x.kind == "parent" and x.offset > 0:
+                    raise ScheduleError(f"{m.name}'s rank {r} follows the tiles of {loops[x.loop].rank} from "
+                                        f"{x.offset} on: its first indices would never run; tile another loop")
                 if x.kind in ("tile", "parent") and x.size > (span := loops[x.loop].extent * x.scale + x.offset):
                     # (Mamba-2's XBC channels x follow heads h as x = 16*h + p, but B and C lie past the heads)
                     raise ScheduleError(f"{m.name}'s rank {r} ({x.size}) is longer than the tiles of "
@@ -425,6 +434,7 @@ class _Lowering:
         producer's tile ranges run ahead by its readers' largest forward offset."""
         offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         tails: dict[tuple[str, int], int] = {}  # (producer, axis) -> least index read there after its loop
+        halos: dict[tuple[str, int], tuple[str, IndexForm]] = {}  # (producer, parent axis) -> a read past its tile
         for cname in self.live:
             cm = ms[cname]
             for _, acc, forms in self.reads[cname]:
@@ -446,6 +456,8 @@ class _Lowering:
                         key = (acc.tensor, pos)
                         tails[key] = min(tails.get(key, lo), lo)
                         continue
+                    if pr.kind == "parent" and self._past_the_tile(f, cm, pr):
+                        halos.setdefault((acc.tensor, pos), (cname, f))
                     if pr.kind != "tile":
                         continue  # a parent or piece range: aligned tiles, checked when sized
                     on = [r for r in f.ranks if cm.ranges[r].loop == j]
@@ -477,7 +489,32 @@ class _Lowering:
             m = ms[name]
             m.ranges = {r: (replace(x, skew=s) if x.kind == "tile" and x.loop == j else x) for r, x in m.ranges.items()}
             self.notes.append(f"{name} runs {s} ahead along {loops[j].rank} (read forward)")
-        self.offsets, self.tails, self.skew = offsets, tails, skew
+        self.offsets, self.tails, self.skew, self.parent_halos = offsets, tails, skew, halos
+
+    @staticmethod
+    def _past_the_tile(f: IndexForm, cm: _Member, pr: Range) -> bool:
+        """Whether a read of a rank that follows loop ``pr.loop`` as its parent (``l`` under tiles of chunks
+        ``c``: rows ``[scale*c + offset, ...)``) reaches rows of another step of the loop (the conv's
+        ``X[l+k-3]``; ``X[8*c+q]`` stays in its chunk): the windows of step 4 slide along a rank's own tiles
+        only, so only a buffer holding the whole rank, in one program, has those rows."""
+        on = [r for r in f.ranks if cm.ranges[r].loop == pr.loop]
+        if len(on) != 1:
+            return False  # several ranks on the loop: refused by the tile-tile checks or sized as pieces
+        cr = cm.ranges[on[0]]
+        if cr.kind not in ("tile", "parent"):
+            return False
+        coef = next(t.coef for t in f.terms if t.rank == on[0])
+        rest = IndexForm(f.const, tuple(t for t in f.terms if t.rank != on[0]))
+        if f.den != 1 or any(t.rank is None for t in rest.terms):
+            return False
+        lo, hi = rest.interval({t.rank: (0, cm.ranges[t.rank].size - 1) for t in rest.terms})
+        scale, offset = (cr.scale, cr.offset) if cr.kind == "parent" else (1, 0)
+        # one step of the loop reads rows coef*(scale*t + offset) + [lo, hi]; it computes [pr.scale*t + pr.offset, +pr.scale)
+        if coef * scale != pr.scale:
+            return True
+        first = coef * offset + lo
+        last = coef * (offset + scale - 1) + hi
+        return first < pr.offset or last > pr.offset + pr.scale - 1
 
     def windows(self, loops: list[Loop], ms: dict[str, _Member]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
         """Per (producer, axis) whose buffer persists along its tile loop: (least skew + offset its readers read
@@ -658,6 +695,12 @@ class _Builder:
                 if pos == state:  # a scanned recurrence: one step, the latest computed
                     axes.append(BufferAxis(1, "state", box, x.loop))
                     continue
+                halo = self.lw.parent_halos.get((name, pos)) if x.kind == "parent" else None
+                if halo is not None and (x.loop < alloc or x.loop < self.grid):
+                    # (a tile's box, or one program's copy: the rows of the other tiles are not there)
+                    raise ScheduleError(f"{halo[0]} reads {name} at {halo[1]}, past the tile of {r} that follows "
+                                        f"{self.loops[x.loop].rank}: no buffer keeps the other tiles' rows; tile "
+                                        f"{r} itself or another loop")
                 if x.loop is None or x.loop > alloc:
                     axes.append(BufferAxis(size))
                 elif x.loop < alloc:
