@@ -44,6 +44,9 @@ _API = {
     "run_reference": "mambalaya.exec.reference",
     "random_inputs": "mambalaya.exec.reference",
     "run_layer": "mambalaya.exec.realweights",
+    "generate": "mambalaya.exec.generate",
+    "load_generator": "mambalaya.exec.generate",
+    "predict_generation": "mambalaya.exec.generate",
     # study
     "explore": "mambalaya.study",
     # errors

@@ -130,7 +130,7 @@ class GenerationPrediction:
     decode_layer_s: float  # one decode mixer
     lm_head_s: float
     prefill_layer_s: float  # one prefill mixer over the prompt
-    dominant: tuple[tuple[str, float], ...]  # (Einsum, share of a token's latency), largest first
+    dominant: tuple[tuple[str, float], ...]  # ("cascade:Einsum", share of a token's latency), largest first
 
     @property
     def token_s(self) -> float:
@@ -170,14 +170,14 @@ def model_cascades(config: dict, prompt_len: int, batch: int = 1) -> dict[str, C
             "head": head_cascade(mc, batch)}
 
 
-def _dominant(parts: Sequence[tuple[CostReport, int]], top: int = 4) -> tuple[tuple[str, float], ...]:
-    """The Einsums that take most of a token: each report's rows weighted by how often it runs."""
+def _dominant(parts: Sequence[tuple[CostReport, int]]) -> tuple[tuple[str, float], ...]:
+    """Every Einsum's share of a token, largest first: each report's rows weighted by how often it runs."""
     total = sum(r.latency_s * n for r, n in parts)
     rows: dict[str, float] = {}
     for report, n in parts:
         for e in report.einsums:
             rows[f"{report.cascade}:{e.name}"] = rows.get(f"{report.cascade}:{e.name}", 0.0) + e.latency_s * n
-    ranked = sorted(rows.items(), key=lambda kv: -kv[1])[:top]
+    ranked = sorted(rows.items(), key=lambda kv: -kv[1])
     return tuple((name, s / total if total > 0 else 0.0) for name, s in ranked)
 
 

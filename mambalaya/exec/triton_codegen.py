@@ -451,7 +451,9 @@ def _bind_flat(ctx: _Ctx, ext: list[tuple[str, str, str, int]], flat: str, depth
     rem = flat
     for i, (r, lo, hi, n) in enumerate(reversed(ext)):
         span = f"({hi} - {lo})" if lo != "0" else hi
-        v = f"i_{r}" if scalar else f"i_{r}_"
+        # (a vector gets a fresh name: a rank bound again in an inner loop at another block shape would make
+        # one loop-carried variable change its type, which Triton refuses)
+        v = f"i_{r}" if scalar else ctx.tmp(f"i_{r}")
         if len(ext) == 1:
             local = rem
         elif n > 1:
@@ -788,11 +790,12 @@ def _emit_scan(ctx: _Ctx, s: Compute, depth: int) -> None:
     for r in reversed(inner):
         lo, hi, _ = _bound(ctx, r)
         n = f"({hi} - {lo})" if lo != "0" else hi
-        ctx.emit(d, f"i_{r}_ = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0" else f"i_{r}_ = {rem} % tl.maximum({n}, 1)")
+        v = ctx.tmp(f"i_{r}")
+        ctx.emit(d, f"{v} = {lo} + {rem} % tl.maximum({n}, 1)" if lo != "0" else f"{v} = {rem} % tl.maximum({n}, 1)")
         q = ctx.tmp("q")
         ctx.emit(d, f"{q} = {rem} // tl.maximum({n}, 1)")
         rem = q
-        blk.rv[r], blk.axis[r] = f"i_{r}_", 1
+        blk.rv[r], blk.axis[r] = v, 1
     blk.lanes[1] = [f"{iv} < {' * '.join(f'({h} - {l0})' for l0, h, _ in (_bound(ctx, r) for r in inner)) or '1'}"]
     _place(blk, outer, 0, 2)
     _place(blk, inner, 1, 2)

@@ -205,3 +205,18 @@ def test_cli_generate_bad_input_exits_2_with_one_line(checkpoint, tmp_path, caps
     err = capsys.readouterr().err
     assert rc == 2 and "weights file not found" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "ids.txt").exists()
+
+
+def test_mamba_ssm_checkpoint_layout_generates_the_same_tokens(tmp_path) -> None:
+    """A state-spaces/mamba-* style checkpoint: mamba_ssm's config (d_model, n_layer, ssm_cfg, a vocabulary
+    padded up to a multiple of 8) and its names (``backbone.embedding.weight``, the head tied)."""
+    model = hf.make_lm("mamba1", layers=2, vocab=248, seed=8, **SMALL["mamba1"])
+    want, _ = hf.lm_generate(model, [4, 5, 6], 10)
+    tensors = {k.replace("backbone.embeddings.", "backbone.embedding."): v.numpy()
+               for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    np.savez(tmp_path / "model.npz", **tensors)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "d_model": 32, "n_layer": 2, "vocab_size": 241, "pad_vocab_size_multiple": 8, "tie_embeddings": True,
+        "ssm_cfg": {"d_state": 8}, "rms_norm": True, "residual_in_fp32": True}))
+    got = generate(tmp_path / "config.json", tmp_path / "model.npz", [4, 5, 6], 10)
+    assert got.tokens == want
