@@ -124,6 +124,8 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
             _time(fig["overhead_s"]),
         )
     console.print(head)
+    if result.get("left_out"):
+        console.print(f"not proven optimal: the search left out {result['left_out']}")
     if result.get("speedup"):
         console.print(
             f"speedup over unfused {result['speedup']:.2f}x, traffic "

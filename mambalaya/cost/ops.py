@@ -20,9 +20,12 @@ sympy expressions over the cascade's params for users):
   batch-1 decode projection (a GEMV) is still a matrix op.
 - ``sum``/``mean``/``cumsum`` of a non-product cost one ``add`` per element of their
   argument, ``max``/``min`` one ``max``; ``mean`` adds one ``mul`` per result.
-- A ``where`` mask of one comparison between two plain ranks of the same size
-  (``s <= q``) counts only the kept pairs, ``n(n+1)/2`` (``<``: ``n(n-1)/2``), for every
-  node whose ranks include both; any other mask is ignored (counted in full).
+- A ``where`` mask counts only the points of its ranks it keeps, for every node whose
+  ranks include all of them: any conjunction of comparisons of affine expressions of
+  ranks and params (``s <= q`` keeps ``n(n+1)/2`` pairs, ``n < kvlen`` keeps
+  ``min(kvlen, N)``), counted exactly (:func:`kept_points`). In sympy counts only a
+  comparison between two plain ranks of the same size has a closed form; there, and past
+  :data:`MASK_ENUMERATE_UP_TO` points to walk, a mask is counted in full (an upper bound).
 - Each count carries its reduction length (the product of the reduced ranks' sizes)
   so the latency model can charge pipeline fill and drain on a CGLA.
 
@@ -35,6 +38,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import sympy
 
 from mambalaya.ir.cascade import Cascade, Einsum
@@ -61,9 +65,13 @@ class OpCount:
         return MATRIX_MAC if self.matrix else self.kind
 
 
+#: Most points of a mask's ranks (all but the last, whose kept interval is solved) that are walked to count it
+MASK_ENUMERATE_UP_TO = 1 << 22
+
+
 @dataclass(frozen=True)
 class _Mask:
-    """A ``s <= q`` style mask: the two ranks and the count of kept pairs."""
+    """A ``where`` mask: its ranks and the count of their points it keeps."""
 
     ranks: frozenset[str]
     pairs: Count
@@ -153,22 +161,73 @@ class _Counter:
 
 
 def _simple_mask(cascade: Cascade, einsum: Einsum, size: Callable[[str], Count]) -> _Mask | None:
-    """The kept-pair count of a one-comparison mask between two same-size plain ranks, else None."""
-    if len(einsum.where) != 1:
+    """The mask's ranks and the count of their points it keeps (module docstring), else None (count in full)."""
+    ranks = frozenset(r for cmp in einsum.where for r in cmp.ranks())
+    if not ranks:
+        return None
+    if size is cascade.rank_size:
+        kept = kept_points(cascade, einsum)
+        return None if kept is None else _Mask(ranks, kept)
+    if len(einsum.where) != 1 or len(ranks) != 2:
         return None
     cmp = einsum.where[0]
-    if (
-        not (cmp.lhs.is_Symbol and cmp.rhs.is_Symbol)
-        or cmp.lhs == cmp.rhs
-        or cmp.op not in ("<=", "<", ">=", ">")
-    ):
+    if not (cmp.lhs.is_Symbol and cmp.rhs.is_Symbol) or cmp.op not in ("<=", "<", ">=", ">"):
         return None
     a, b = str(cmp.lhs), str(cmp.rhs)
     if sympy.simplify(cascade.rank_expr(a) - cascade.rank_expr(b)) != 0:
         return None
     n = size(a)
-    pairs = n * (n + 1) / 2 if cmp.op in ("<=", ">=") else n * (n - 1) / 2
-    return _Mask(frozenset({a, b}), pairs if isinstance(pairs, sympy.Expr) else int(pairs))
+    return _Mask(ranks, n * (n + 1) / 2 if cmp.op in ("<=", ">=") else n * (n - 1) / 2)
+
+
+def kept_points(cascade: Cascade, einsum: Einsum) -> int | None:
+    """How many points of the ranks of the Einsum's ``where`` mask it keeps, exactly, or None past
+    :data:`MASK_ENUMERATE_UP_TO` points to walk. Params take their values; the points of every rank but the
+    last are walked (numpy) and, where each comparison is affine in the last rank, its kept interval is solved
+    per point; otherwise every point is walked."""
+    ranks = sorted({r for cmp in einsum.where for r in cmp.ranks()})
+    sizes = [cascade.rank_size(r) for r in ranks]
+    syms = {str(s): s for cmp in einsum.where for s in (cmp.lhs - cmp.rhs).free_symbols}
+    values = {syms[k]: v for k, v in cascade.values.items() if k in syms and k not in ranks}
+    diffs = [(sympy.expand((cmp.lhs - cmp.rhs).subs(values)), cmp.op) for cmp in einsum.where]  # diff op 0
+    last = syms[ranks[-1]]
+    coefs = [d.coeff(last, 1) if op != "!=" and d.is_polynomial(last) and sympy.degree(d, last) <= 1 else None
+             for d, op in diffs]
+    solved = all(c is not None and c.is_Integer for c in coefs)
+    walked = ranks[:-1] if solved else ranks
+    points = math.prod(sizes[:len(walked)])
+    if points > MASK_ENUMERATE_UP_TO:
+        return None
+    grids = np.meshgrid(*(np.arange(n, dtype=np.int64) for n in sizes[:len(walked)]), indexing="ij")
+    env = {r: g.ravel() for r, g in zip(walked, grids, strict=True)}
+
+    def value(expr: sympy.Expr) -> np.ndarray:
+        free = sorted(expr.free_symbols, key=str)
+        got = sympy.lambdify(free, expr, modules="numpy")(*(env[str(x)] for x in free))
+        return np.broadcast_to(np.asarray(got, dtype=np.int64), (points,))
+
+    if not solved:
+        keep = np.ones(points, dtype=bool)
+        for d, op in diffs:
+            keep &= _OPS[op](value(d), 0)
+        return int(keep.sum())
+    lo, hi = np.zeros(points, dtype=np.int64), np.full(points, sizes[-1] - 1, dtype=np.int64)
+    for (d, op), c in zip(diffs, coefs, strict=True):
+        c = int(c)
+        rest = value(d - c * last)  # the comparison reads c*x + rest op 0
+        if c == 0:
+            hi = np.where(_OPS[op](rest, 0), hi, -1)
+            continue
+        if op in ("<", "<=", "=="):  # c*x <= -rest - strict
+            r = -rest - (op == "<")
+            hi, lo = (np.minimum(hi, r // c), lo) if c > 0 else (hi, np.maximum(lo, -(r // -c)))
+        if op in (">", ">=", "=="):  # c*x >= -rest + strict
+            r = -rest + (op == ">")
+            lo, hi = (np.maximum(lo, -(-r // c)), hi) if c > 0 else (lo, np.minimum(hi, -r // -c))
+    return int(np.maximum(hi - lo + 1, 0).sum())
+
+
+_OPS = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}
 
 
 def einsum_ops(cascade: Cascade, einsum: Einsum | str, symbolic: bool = False) -> tuple[OpCount, ...]:

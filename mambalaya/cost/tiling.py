@@ -22,6 +22,7 @@ fitting tiling by the objective (lexicographic: latency then traffic, or the rev
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -109,6 +110,7 @@ class _Search:
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
+        self.refusals: dict[str, None] = {}  # why, in the order met (a group no tiling fits names them)
         self.why: dict[tuple, str] = {}  # why the quick occupancy says a tiling does not fit
         self.cap = ctx.arch.fusion_buffer_bytes
         self.acc = ctx.arch.accumulator_bytes  # 0: partial sums live in the fusion buffer, no register limit
@@ -126,6 +128,7 @@ class _Search:
                 sched = self.ctx.lower(group, self.stored, check=False)
             except ScheduleError as err:
                 got = str(err)
+                self.refusals[got] = None
             else:
                 if not key:
                     self.untiled = sched
@@ -154,6 +157,7 @@ class _Search:
                 except ScheduleError as err:
                     self.seen[key] = str(err)
                     self.refused.add(key)
+                    self.refusals[str(err)] = None
                     got = False
                 else:
                     self.least = need if self.least is None else min(self.least, need)
@@ -163,6 +167,32 @@ class _Search:
                                          else f"needs {acc} bytes of partial sums in registers")
             self.fit[key] = got
         return got
+
+    def least_fitting(self) -> dict[str, int] | None:
+        """A tiling at the least tiles of some set of tiled loops that fits (the others whole), or None when none
+        does: then no tiling fits. Occupancy grows with the tiles of a fixed set of tiled loops, but not with the
+        set: a loop left whole can keep another buffer per tile (Mamba-1's scan with its recurrence rank ``l``
+        tiled keeps the state of every ``b, d, n`` across its tiles, 33 MB at the least tiles; with ``l`` whole
+        each tile holds its own, 1 KB), so every set is tried, the most tiled first."""
+        least = {r: opts[-1] for r in self.loops if (opts := tile_options(self.size[r]))}
+        ranks = list(least)
+        for k in range(len(ranks), -1, -1):
+            for kept in itertools.combinations(ranks, k):
+                tiles = {r: least[r] for r in kept}
+                if self.fits(tiles):
+                    return tiles
+        return None
+
+    def why_none(self) -> str:
+        """Why no tiling fits: the least it needs on chip, and what the schedule refused of the tilings that could
+        hold less (a max over a tiled rank, a floor read along a tiled loop, ...)."""
+        needs = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str) and v not in self.refusals]
+        said = needs[0] if needs else "no tiling fits"
+        if self.least is not None and needs:
+            said = f"needs {self.least} bytes on chip at least"
+        if self.refusals:
+            said += f"; tiling it is refused: {next(iter(self.refusals))}"
+        return said
 
     def largest(self, tiles: dict[str, int], rank: str) -> int | None:
         """The largest admitted tile of ``rank`` (the others fixed) that fits: binary search, options descend."""
@@ -378,14 +408,17 @@ class _Search:
             c = self.cost(least)
             if isinstance(c, GroupCost):
                 best = (least, c)
+        if best is None and (start := self.least_fitting()) is not None:  # (some loops whole: see least_fitting)
+            c = self.cost(start)
+            if isinstance(c, GroupCost):
+                best = self.descend(start, c)
         if best is not None and slots:
             best = self.spread(*best)
         elif best is not None and self.far_from_bound(best[1]):  # (a GEMM over a batch of 64 kept every start's
             # partial sums whole along the batch and re-read its input per tile: MARCA's X0 at seqlen 2^17, 225x its bound)
             best = self.descend(*best)
         if best is None:
-            reasons = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str)]
-            return Untileable(self.einsums, reasons[0] if reasons else "no tiling fits", self.least)
+            return Untileable(self.einsums, self.why_none(), self.least)
         return Tiled(FusionGroup(self.einsums, self.order, best[0]), best[1], self.rows[tuple(sorted(best[0].items()))])
 
 
@@ -411,8 +444,9 @@ def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "l
         least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
         if (least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused  # (an occupancy: cheap)
                 # (the quick occupancy is an upper bound: near the capacity, the built schedule decides)
-                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))):
-            return Untileable(einsums, f"needs {s.least} bytes on chip", s.least)
+                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))
+                and s.least_fitting() is None):  # (nor with some loops whole)
+            return Untileable(einsums, s.why_none(), s.least)
         lb = s.bound()
         if lb is None:
             return None

@@ -27,6 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import sympy
 
 from mambalaya.exec.index_code import IndexDialect, LoopNames, bind, index_code, int_index
@@ -107,12 +108,16 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _literal(v: float) -> str:
+def _literal(v: float, dtype: str) -> str:
+    """A constant as the kernel's dtype: Triton types a bare Python float as fp32, so in a float64 kernel a value
+    that fp32 cannot hold exactly (``0.05``) is a float64 scalar."""
     v = float(v)
     if math.isnan(v):
         return 'float("nan")'
     if math.isinf(v):
         return 'float("inf")' if v > 0 else 'float("-inf")'
+    if dtype == "float64" and float(np.float32(v)) != v:
+        return f"tl.full([], {v!r}, tl.float64)"
     return repr(v)
 
 
@@ -357,11 +362,11 @@ def _node(ctx: _Ctx, node: Node, blk: _Block, depth: int) -> str:
     if isinstance(node, Access):
         return _access(ctx, node, blk, depth)
     if isinstance(node, Const):
-        return _literal(node.value)
+        return _literal(node.value, ctx.dtype)
     if isinstance(node, ParamRef):
-        return _literal(c.values[node.name])
+        return _literal(c.values[node.name], ctx.dtype)
     if isinstance(node, (Call, BinOp)) and (value := constant_value(node, c.values)) is not None:
-        return _literal(value)
+        return _literal(value, ctx.dtype)
     if isinstance(node, Call):
         args = [ctx.var(depth, _node(ctx, a, blk, depth)) for a in node.args]
         fn = FUNCTIONS.get(node.fn)

@@ -72,6 +72,7 @@ class MapResult:
     space_s: float = 0.0
     nodes: int = 0
     cuts: int = 0
+    left_out: str | None = None  # what the candidate space left out (then ``optimal`` is False: not proven)
 
     @property
     def groups(self) -> list[list[str]]:
@@ -266,8 +267,9 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
     mapping.validate(cascade)
     report = evaluate(cascade, arch, mapping, ctx=space.ctx)
-    return MapResult(mapping, report, sol.optimal, sol.gap, solve_s, len(cands), sol.method, objective,
-                     sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts)
+    return MapResult(mapping, report, sol.optimal and space.left_out is None, sol.gap, solve_s, len(cands),
+                     sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
+                     space.left_out)
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
@@ -375,6 +377,8 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
         out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
                          solve_s=res.solve_s, method=res.method)
         out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution})
+        if res.left_out:
+            out["left_out"] = res.left_out
     out["layers"] = layers
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mambalaya.analysis.candidates import candidate_groups
+from mambalaya.analysis.candidates import GroupEnumeration
 from mambalaya.analysis.groups import LoopModel
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
@@ -113,7 +113,8 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
                       max_cross: int = 8, chained: Cascade | None = None) -> tuple[Cascade, Space]:
     """The space of ``chain_layers(layer, layers)`` (or of ``chained``, a chain of ``layer``).
 
-    Exact over that space: the only groups left out cross a boundary with more than ``max_cross``.
+    Exact over that space: the only groups left out cross a boundary with more than ``max_cross`` (the space's
+    ``left_out`` says so when a group at that size could have grown).
     """
     chained = chained or chain_layers(layer, layers)
     one = build_space(layer, arch, objective)
@@ -155,7 +156,8 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
                 ch = kept[members] = coster.choose(members)
             return not isinstance(ch, Rejected)
 
-        for members in candidate_groups(two, max_size=max_cross, keep=keep, dag=coster.dag):
+        crossing = GroupEnumeration(two, max_cross, keep=keep, dag=coster.dag)
+        for members in crossing:
             enumerated += 1
             if members not in kept and base(members) is None:
                 kept[members] = coster.choose(members)
@@ -175,4 +177,9 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     ctx = CostContext(chained, arch, analysis)
     space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
     space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
+    cut = [one.left_out] if one.left_out else []
+    if layers > 1 and crossing.truncated:
+        cut.append(f"groups crossing a layer boundary with more than {max_cross} Einsums (max_cross; some groups "
+                   f"at it could grow)")
+    space.left_out = "; ".join(cut) or None
     return chained, space

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mambalaya.analysis.candidates import EinsumDag, candidate_groups
+from mambalaya.analysis.candidates import EinsumDag, GroupEnumeration
 from mambalaya.arch import Arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
@@ -91,6 +91,8 @@ class Space:
     dominated: int = 0  # legal groups left out because a split of them costs no more
     coster: object = field(repr=False, default=None)  # the Coster that built it (its compiled buffer needs)
     lazy: bool = False  # some candidates carry a lower bound, refined (:func:`refine`) when a solve picks them
+    #: what a size cap left out of the space (None: nothing): a solve over it is then no proof of the optimum
+    left_out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -347,7 +349,8 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
         return not isinstance(ch, Rejected)
 
     enumerated = 0
-    for members in candidate_groups(cascade, max_size=max_size, keep=keep, dag=coster.dag):
+    groups = GroupEnumeration(cascade, max_size, keep=keep, dag=coster.dag)
+    for members in groups:
         enumerated += 1
         if members not in kept:  # groups at the size cap are yielded but not offered to keep()
             kept[members] = judge(members)
@@ -363,6 +366,8 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     space.grown = {m for m, ch in kept.items() if not isinstance(ch, Rejected)}
     space.dominated = sum(isinstance(ch, Dominated) for ch in kept.values())
     space.coster = coster
+    if groups.truncated and max_size is not None and arch.can_fuse:
+        space.left_out = f"groups of more than {max_size} Einsums (the size cap; some groups at it could grow)"
     return space
 
 

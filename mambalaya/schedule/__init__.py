@@ -56,6 +56,7 @@ class Lowerer:
         self.forms = Forms(cascade)
         self._models: dict[tuple, object] = {}
         self._lowered: dict[tuple, GroupSchedule | ScheduleError] = {}
+        self._occupied: dict[tuple, tuple[int, int] | ScheduleError] = {}
 
     def model(self, members: tuple[str, ...], convex: bool = True):
         key = (*sorted(members), convex)
@@ -91,9 +92,19 @@ class Lowerer:
     def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> tuple[int, int]:
         """(What :meth:`group`'s schedule holds on chip before hoisting: the fit test; its accumulator's bytes),
         without its statements."""
-        members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
-        return group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
-                               policy)
+        key = (group.einsums, group.loop_order, tuple(sorted(group.tiles.items())), group.recompute, stored, policy)
+        got = self._occupied.get(key)
+        if got is None:  # (a bound, a tile search and an eager space after a lazy one ask the same tilings)
+            members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
+            try:
+                got = group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms,
+                                      stored, policy)
+            except ScheduleError as err:
+                got = err
+            self._occupied[key] = got
+        if isinstance(got, ScheduleError):
+            raise ScheduleError(str(got))
+        return got
 
 
 def policy_of(arch: Arch) -> Policy:

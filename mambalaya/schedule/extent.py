@@ -158,6 +158,27 @@ def is_affine(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> bool:
     return True
 
 
+def rises_with(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]], loop: int) -> bool:
+    """Whether the box only moves up as ``loop`` advances: in every read, each term in a rank that follows the
+    loop has a positive coefficient (a floor of such a sum too; a remainder, or a piece of the loop that wraps
+    around, does not rise). A sliding window keeps the newest rows at its top, so only such a box may slide:
+    ``W[p - q + P]`` tiled along ``q`` moves down, and loading only the rows past the previous tile's top
+    would miss the new rows below it."""
+    return all(_rises(form, ranges[member], loop) for form, member in axis.reads)
+
+
+def _rises(form: IndexForm, rr: Mapping[str, Range], loop: int) -> bool:
+    for t in form.terms:
+        if t.rank is not None:
+            x = rr[t.rank]
+            if x.loop == loop and (t.coef < 0 or (x.kind == "piece" and x.modulus is not None)):
+                return False
+        elif t.sub is not None and any(rr[r].loop == loop for r in t.sub.ranks):
+            if t.modulus is not None or t.coef < 0 or not _rises(t.sub, rr, loop):
+                return False
+    return True
+
+
 def _reach(axes: Iterable[AxisBox], ranges: Mapping[str, Mapping[str, Range]], loop: int, extent: int) -> int:
     """How far (in indices) the boxes that move with ``loop`` reach beyond its tile: their constant offsets,
     the spans of ranks that do not move with the loop, skews, and how much shorter than the loop a rank that
@@ -366,4 +387,4 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
 
 
 __all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
-           "range_is_uniform", "range_length", "rank_interval", "tile_of", "tiles_to_walk", "window_rows"]
+           "range_is_uniform", "range_length", "rank_interval", "rises_with", "tile_of", "tiles_to_walk", "window_rows"]

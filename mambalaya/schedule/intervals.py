@@ -174,13 +174,16 @@ def _sub_code(t: Term, lo: Mapping[str, str], hi: Mapping[str, str], dialect: Co
 # ---- compiling sympy index expressions --------------------------------------------------
 
 
-def compile_index(expr: sympy.Expr, values: Mapping[str, int | float], ranks: frozenset[str] | set[str]) -> IndexForm:
-    """The :class:`IndexForm` of an index expression; params take their bound values."""
-    form = _compile(sympy.expand(expr) if not expr.has(sympy.floor, sympy.Mod) else expr, values, ranks)
+def compile_index(expr: sympy.Expr, values: Mapping[str, int | float], ranks: frozenset[str] | set[str],
+                  sizes: Mapping[str, int] | None = None) -> IndexForm:
+    """The :class:`IndexForm` of an index expression; params take their bound values. With the ranks' ``sizes``,
+    a floor or remainder is simplified over the ranks' ranges (:func:`_floor_of`, :func:`_mod_of`): an index
+    composed through an inlined producer, ``(g*CG + m) // CG`` with ``m < CG``, is the plain rank ``g``."""
+    form = _compile(sympy.expand(expr) if not expr.has(sympy.floor, sympy.Mod) else expr, values, ranks, sizes)
     return form
 
 
-def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks) -> IndexForm:
+def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks, sizes=None) -> IndexForm:
     if expr.is_Integer:
         return IndexForm(int(expr), ())
     if expr.is_Rational:
@@ -194,14 +197,16 @@ def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks) -> Inde
             raise MambalayaError(f"param {name} = {value} used in an index is not a whole number")
         return IndexForm(int(value), ())
     if isinstance(expr, sympy.floor):
-        return IndexForm(0, (Term(1, sub=_compile(expr.args[0], values, ranks)),))
+        inner = _compile(expr.args[0], values, ranks, sizes)
+        return IndexForm(0, (Term(1, sub=inner),)) if sizes is None else _floor_of(inner, sizes)
     if isinstance(expr, sympy.Mod):
-        m = _compile(expr.args[1], values, ranks)
+        m = _compile(expr.args[1], values, ranks, sizes)
         if m.terms or m.den != 1 or m.const <= 0:
             raise MambalayaError(f"remainder by a non-constant in index {expr}")
-        return IndexForm(0, (Term(1, sub=_compile(expr.args[0], values, ranks), modulus=m.const),))
+        inner = _compile(expr.args[0], values, ranks, sizes)
+        return IndexForm(0, (Term(1, sub=inner, modulus=m.const),)) if sizes is None else _mod_of(inner, m.const, sizes)
     if expr.is_Add:
-        parts = [_compile(a, values, ranks) for a in expr.args]
+        parts = [_compile(a, values, ranks, sizes) for a in expr.args]
         den = 1
         for p in parts:
             den = den * p.den // math.gcd(den, p.den)
@@ -212,7 +217,7 @@ def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks) -> Inde
             terms += [Term(t.coef * f, t.rank, t.sub, t.modulus) for t in p.terms]
         return _merge(IndexForm(const, tuple(terms), den))
     if expr.is_Mul:
-        parts = [_compile(a, values, ranks) for a in expr.args]
+        parts = [_compile(a, values, ranks, sizes) for a in expr.args]
         varying = [p for p in parts if p.terms]
         if len(varying) > 1:
             raise MambalayaError(f"product of ranks in index {expr}: a schedule cannot box it")
@@ -228,7 +233,7 @@ def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks) -> Inde
         return _merge(IndexForm(v.const * num, tuple(Term(t.coef * num, t.rank, t.sub, t.modulus) for t in v.terms),
                                 v.den * den))
     if expr.is_Pow and expr.exp.is_Integer:
-        base = _compile(expr.base, values, ranks)
+        base = _compile(expr.base, values, ranks, sizes)
         e = int(expr.exp)
         if not base.terms and (e >= 0 or base.const):
             num, den = (base.const, base.den) if e >= 0 else (base.den, base.const)
@@ -238,6 +243,43 @@ def _compile(expr: sympy.Expr, values: Mapping[str, int | float], ranks) -> Inde
             g = math.gcd(num, den)
             return IndexForm(num // g, (), den // g)
     raise MambalayaError(f"index expression {expr} cannot be boxed by a schedule")
+
+
+def _split_multiples(form: IndexForm, d: int) -> tuple[IndexForm, IndexForm]:
+    """``form`` (numerator over ``form.den``) as ``q + r/d``: ``q`` the terms and constant that are whole multiples of
+    ``d * form.den`` divided out (an integer form), ``r`` the rest (a numerator over ``d * form.den``)."""
+    step = d * form.den
+    whole, rest = [], []
+    for t in form.terms:
+        (whole if t.coef % step == 0 else rest).append(t)
+    q_const, r_const = divmod(form.const, step)
+    return (IndexForm(q_const, tuple(Term(t.coef // step, t.rank, t.sub, t.modulus) for t in whole)),
+            IndexForm(r_const, tuple(rest), step))
+
+
+def _floor_of(inner: IndexForm, sizes: Mapping[str, int]) -> IndexForm:
+    """``floor(inner)``, simplified: whole multiples of the denominator leave the floor (``floor(g + x) = g +
+    floor(x)``), and a floor whose argument stays within one unit over the ranks' ranges is that constant."""
+    q, r = _split_multiples(inner, 1)
+    lo, hi = r._num({x: (0, sizes[x] - 1) for x in r.ranks})
+    if lo // r.den == hi // r.den:
+        return _merge(IndexForm(q.const + lo // r.den, q.terms))
+    if not q.terms and not q.const:
+        return IndexForm(0, (Term(1, sub=inner),))
+    return _merge(IndexForm(q.const, (*q.terms, Term(1, sub=_merge(r)))))
+
+
+def _mod_of(inner: IndexForm, m: int, sizes: Mapping[str, int]) -> IndexForm:
+    """``inner mod m``, simplified: whole multiples of ``m`` drop out, and an argument that stays within one
+    period over the ranks' ranges is itself, shifted (``(16*h + p) mod 16`` with ``p < 16`` is ``p``)."""
+    if inner.den != 1:
+        return IndexForm(0, (Term(1, sub=inner, modulus=m),))
+    _, r = _split_multiples(inner, m)
+    r = IndexForm(r.const, r.terms)  # (the numerator: the remainder of an integer form)
+    lo, hi = r._num({x: (0, sizes[x] - 1) for x in r.ranks})
+    if lo // m == hi // m:
+        return _merge(IndexForm(r.const - m * (lo // m), r.terms))
+    return IndexForm(0, (Term(1, sub=_merge(r), modulus=m),))
 
 
 def _merge(form: IndexForm) -> IndexForm:

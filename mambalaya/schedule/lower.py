@@ -139,7 +139,7 @@ class Forms:
         if got is None:
             ranks = set(self.cascade.einsum(einsum).ranks)
             got = self._effective[key] = tuple(
-                (er, tuple(compile_index(ix, self.cascade.values, ranks) for ix in er.indices))
+                (er, tuple(compile_index(ix, self.cascade.values, ranks, self.cascade.rank_sizes) for ix in er.indices))
                 for er in effective_reads(self.cascade, einsum, inline))
         return got
 
@@ -157,7 +157,8 @@ class Forms:
         if got is None:
             acc = self.accesses(einsum)[k]
             ranks = set(self.cascade.einsum(einsum).ranks)
-            got = self._forms[key] = tuple(compile_index(ix, self.cascade.values, ranks) for ix in acc.indices)
+            got = self._forms[key] = tuple(compile_index(ix, self.cascade.values, ranks, self.cascade.rank_sizes)
+                                           for ix in acc.indices)
         return got
 
 
@@ -367,15 +368,15 @@ class _Lowering:
             raise ScheduleError(f"{m.name} reduces ranks of two tiled loops: tile one of {', '.join(reduced)}")
         if e.recurrence is not None:
             raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} inside a recurrence")
+        for node in walk(e.expr):
+            if isinstance(node, Reduce) and node.op != "sum" and node.rank in reduced:
+                raise ScheduleError(f"{m.name}: a {node.op} over the tiled rank {node.rank} (only sums accumulate)")
         for _, term, summed in e.terms():
             if not set(reduced) <= set(summed) and not _reduces_all(term, set(reduced)):
                 raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} in only some of its "
                                     f"terms: partial sums need every term summed over them")
         if e.where and {r for cmp in e.where for r in cmp.ranks()} & set(reduced):
             raise ScheduleError(f"{m.name} masks its tiled reduced rank(s) {', '.join(reduced)}")
-        for node in walk(e.expr):
-            if isinstance(node, Reduce) and node.op != "sum" and node.rank in reduced:
-                raise ScheduleError(f"{m.name}: a {node.op} over the tiled rank {node.rank} (only sums accumulate)")
         m.accumulate = loops_of.pop()
 
     # ---- 2. placement ---------------------------------------------------------------
@@ -467,7 +468,10 @@ class _Lowering:
                         raise ScheduleError(f"{cname} reads {acc.tensor} at {f} along the tiled loop {loops[j].rank}: "
                                             f"it needs more than one tile of it (leave {loops[j].rank} untiled)")
                     r = on[0]
-                    coef = next(t.coef for t in f.terms if t.rank == r)
+                    coef = next((t.coef for t in f.terms if t.rank == r), None)
+                    if coef is None:  # (the rank only inside a floor or remainder: several rows per tile, unaligned)
+                        raise ScheduleError(f"{cname} reads {acc.tensor} at {f}, a floor or remainder of {r}, along "
+                                            f"the tiled loop {loops[j].rank}: leave {loops[j].rank} untiled")
                     if coef != 1 or f.den != 1:
                         raise ScheduleError(f"{cname} reads {acc.tensor} at {f} along the tiled loop {loops[j].rank}:"
                                             f" a strided read needs {loops[j].rank} untiled")
@@ -478,11 +482,14 @@ class _Lowering:
                     a, b = rest.interval({t.rank: (0, cm.ranges[t.rank].size - 1) for t in rest.terms})
                     old = offsets.get((cname, acc.tensor, j))
                     offsets[(cname, acc.tensor, j)] = (a, b) if old is None else (min(a, old[0]), max(b, old[1]))
+        ahead: dict[tuple[str, int], list[tuple[str, int]]] = {}  # (producer, loop) -> (reader, its furthest offset)
+        for (cn, t, jj), (_, b) in offsets.items():
+            if cn != t:
+                ahead.setdefault((t, jj), []).append((cn, b))
         skew: dict[tuple[str, int], int] = {}
         for pname in reversed(self.live):
             for j in range(len(loops)):
-                s = max((skew.get((cn, j), 0) + b for (cn, t, jj), (_, b) in offsets.items()
-                         if t == pname and jj == j and cn != pname), default=0)
+                s = max((skew.get((cn, j), 0) + b for cn, b in ahead.get((pname, j), ())), default=0)
                 if s > 0:
                     skew[(pname, j)] = s
         for (name, j), s in skew.items():
@@ -800,7 +807,8 @@ class _Builder:
         inner = st.depth - 1
         if not self.lw.policy.gpu and inner >= 0 and st.first_of is None:
             on = [i for i, a in enumerate(box) if inner in a.loops]
-            if len(on) == 1 and box[on[0]].loops == {inner} and self._overlaps(box[on[0]], inner):
+            if (len(on) == 1 and box[on[0]].loops == {inner} and extent.rises_with(box[on[0]], self.ranges, inner)
+                    and self._overlaps(box[on[0]], inner)):
                 slides = on[0]
         axes = []
         for i, a in enumerate(box):

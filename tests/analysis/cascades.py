@@ -139,10 +139,58 @@ def random_cascades(draw, max_einsums: int = 6) -> dict[str, Any]:
 
 
 @st.composite
-def random_tiled_mappings(draw, max_einsums: int, buffers: tuple[int, ...]):
+def motif_cascades(draw) -> dict[str, Any]:
+    """A cascade of one of the forms a researcher writes next, at random sizes: a grouped norm read through a
+    floor and a remainder of the channel (an index composed through an inlined producer, ``(g*CG + m)//CG``); a
+    relative-position (Toeplitz) read with a negative coefficient and a strided read; masks against a param; a
+    nested reduction (a max of a max, a sum of a max); constants that float32 cannot hold."""
+    kind = draw(st.sampled_from(["groups", "toeplitz", "mask", "nested", "constants"]))
+    if kind == "groups":
+        g, cg, n = draw(st.integers(1, 3)), draw(st.integers(2, 4)), draw(st.integers(2, 6))
+        return {"name": "groups", "params": {"L": n, "G": g, "CG": cg}, "derived": {"CC": "G*CG"},
+                "ranks": {"l": "L", "g": "G", "m": "CG", "c": "CC"},
+                "tensors": {"X": {"role": "input", "shape": ["L", "CC"]}, "S": {"role": "weight", "shape": ["CG"]}},
+                "einsums": ["MU[g] = mean_l(X[l,g*CG])",
+                            "XC[l,c] = X[l,c] * MU[c//CG] + S[c%CG]",
+                            "VR[l,g] = sum_m(XC[l,g*CG+m] * XC[l,g*CG+m])"]}
+    if kind == "toeplitz":
+        p, q = draw(st.integers(2, 7)), draw(st.integers(2, 7))
+        return {"name": "toeplitz", "params": {"P": p, "Q": q}, "derived": {"PQ": "P+Q-1", "SQ": "2*P+Q"},
+                "ranks": {"p": "P", "q": "Q"},
+                "tensors": {"V": {"role": "input", "shape": ["Q"]}, "W": {"role": "weight", "shape": ["PQ"]},
+                            "W2": {"role": "weight", "shape": ["SQ"]}},
+                "einsums": ["T[q] = V[q] * 0.5",
+                            "Y[p] = sum_q(W[p-q+Q-1] * T[q])",
+                            "Y2[p] = sum_q(W2[2*p+q] * T[q])"]}
+    if kind == "mask":
+        n, m = draw(st.integers(2, 9)), draw(st.integers(2, 6))
+        kv = draw(st.integers(0, n + m))
+        return {"name": "mask", "params": {"N": n, "M": m, "kvlen": kv}, "ranks": {"n": "N", "q": "M"},
+                "tensors": {"X": {"role": "input", "shape": ["N"]}, "V": {"role": "input", "shape": ["M"]}},
+                "einsums": ["E[n] = exp(X[n] * 0.25) where n < kvlen",
+                            "Z[n,q] = E[n] * V[q] where n + q <= kvlen",
+                            "R[q] = sum_n(Z[n,q])"]}
+    if kind == "nested":
+        b, n, c = draw(st.integers(1, 3)), draw(st.integers(2, 6)), draw(st.integers(2, 6))
+        return {"name": "nested", "params": {"B": b, "L": n, "C": c}, "ranks": {"b": "B", "l": "L", "c": "C"},
+                "tensors": {"X": {"role": "input", "shape": ["B", "L", "C"]}},
+                "einsums": ["MX[b] = max_l(max_c(X[b,l,c]))",
+                            "SM[b] = sum_l(max_c(X[b,l,c]))",
+                            "D[b,l] = max_c(X[b,l,c]) - MX[b]"]}
+    n = draw(st.integers(2, 12))
+    lo, hi = draw(st.sampled_from([(0.05, 1.5), (0.1, 0.3), (-0.7, 0.9)]))
+    return {"name": "constants", "params": {"N": n, "lo": lo, "hi": hi}, "ranks": {"n": "N"},
+            "tensors": {"X": {"role": "input", "shape": ["N"]}},
+            "einsums": ["C1[n] = clamp(X[n] * 0.7, lo, hi) * 1.1 + 0.3",
+                        "C2[n] = C1[n] * 0.1 - softplus(C1[n] + 0.2)"]}
+
+
+@st.composite
+def random_tiled_mappings(draw, max_einsums: int, buffers: tuple[int, ...], cascades=None):
     """(cascade, a legal mapping of it with random groups in cascade order and random tiles on the loops the
-    analysis lets a mapping tile, a buffer size drawn from ``buffers``)."""
-    c = cascade_from_dict(draw(random_cascades(max_einsums=max_einsums)))
+    analysis lets a mapping tile, a buffer size drawn from ``buffers``); cascades from ``cascades`` (a strategy of
+    cascade dicts) or :func:`random_cascades`."""
+    c = cascade_from_dict(draw(cascades if cascades is not None else random_cascades(max_einsums=max_einsums)))
     names = list(c.einsum_names)
     groups, i = [], 0
     while i < len(names):

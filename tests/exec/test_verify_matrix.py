@@ -8,7 +8,7 @@ extents (tiled loop nests, halos across tiles, recurrences carried across tiles,
 from __future__ import annotations
 
 import pytest
-from analysis.cascades import random_tiled_mappings
+from analysis.cascades import motif_cascades, random_tiled_mappings
 from hypothesis import HealthCheck, given, settings
 from small_cascades import SMALL, small_cascade
 
@@ -144,3 +144,41 @@ def test_random_cascades_random_legal_mappings(case, backend: str) -> None:
 @given(case=cascade_and_mapping())
 def test_random_cascades_random_legal_mappings_many(case, backend: str) -> None:
     test_random_cascades_random_legal_mappings.hypothesis.inner_test(case, backend)
+
+
+# ---- the forms a researcher writes next x random legal mappings under tiny buffers --------------------------
+
+
+def motifs_and_mapping():
+    return random_tiled_mappings(max_einsums=0, buffers=(48, 96, 256, 1 << 20), cascades=motif_cascades())
+
+
+def _check_motif(case, backend: str) -> None:
+    """Verifies, or is refused with a reason (the tiles do not fit, or the schedule cannot run them): never a
+    crash, never a wrong number (float64: within 1e-12 of the scale), counted traffic equal to predicted."""
+    c, m, buffer = case
+    arch = load_arch("h200" if backend == "triton" else "mambalaya").with_overrides(fusion_buffer_bytes=buffer)
+    try:
+        from mambalaya.schedule import lower_mapping
+
+        lower_mapping(c, m, arch)
+    except MambalayaError as err:
+        assert str(err), "a refusal names its cause"
+        return
+    r = _check(c, arch, m, backend)
+    assert r["max_rel_err"] <= 1e-12, r
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=motifs_and_mapping())
+def test_motif_cascades_random_legal_mappings(case, backend: str) -> None:
+    _check_motif(case, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=motifs_and_mapping())
+def test_motif_cascades_random_legal_mappings_many(case, backend: str) -> None:
+    _check_motif(case, backend)
