@@ -16,10 +16,12 @@ def _map(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 @pytest.mark.parametrize("method", ["cpsat", "layers"])
 def test_every_listed_method_reaches_the_same_optimum(capsys: pytest.CaptureFixture[str], method: str) -> None:
-    """``--method layers`` is listed and, on a chain of layers, proves the optimum the MIP proves."""
+    """``--method layers`` is listed and, on a chain of layers, solves the space the MIP solves to the same optimum
+    (neither called optimal: two 9-Einsum layers pass the default cap on groups crossing the boundary)."""
     ref = _map(capsys, "--layers", "2")
     got = _map(capsys, "--layers", "2", "--method", method)
-    assert got["method"] == method and got["optimal"]
+    assert got["method"] == method and got["gap"] == 0
+    assert not got["optimal"] and got["left_out"] == ref["left_out"]
     assert got["latency_s"] == pytest.approx(ref["latency_s"], rel=1e-9)
     assert got["traffic_bytes"] == ref["traffic_bytes"]
 

@@ -89,20 +89,30 @@ def tile_options(size: int) -> tuple[int, ...]:
 
 
 def search_order(ctx: CostContext, einsums: tuple[str, ...]) -> tuple[str, ...]:
-    """The loop order a group's tilings are searched in: the analysis's, with a recurrence's loop moved innermost
-    on an arch with program slots (the loops outside it can then be the program grid)."""
+    """The loop order a group's tilings are searched in first: the analysis's, with a recurrence's loop moved
+    innermost on an arch with program slots (the loops outside it can then be the program grid)."""
+    return search_orders(ctx, einsums)[0]
+
+
+def search_orders(ctx: CostContext, einsums: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Every loop order a group's tilings are searched in: the analysis's and, for a group with a recurrence, the
+    same with the recurrence's loop innermost (its state then persists per tile of the other loops: a Mamba-1
+    scan at a million tokens cannot hold a whole sequence per tile, and with its loop outermost it keeps every
+    channel's state across the sequence's tiles). On an arch with program slots only the latter (the loops
+    outside it are the program grid)."""
     order = ctx.analysis.loop_order(einsums)
-    if not ctx.arch.program_slots:
-        return order
     seq = {rec.rank for e in einsums if (rec := ctx.cascade.einsum(e).recurrence) is not None}
-    return tuple(r for r in order if r not in seq) + tuple(r for r in order if r in seq)
+    inner = tuple(r for r in order if r not in seq) + tuple(r for r in order if r in seq)
+    if ctx.arch.program_slots:
+        return (inner,)
+    return (order,) if inner == order else (order, inner)
 
 
 class _Search:
     def __init__(self, ctx: CostContext, einsums: tuple[str, ...], objective: str,
-                 stored: frozenset[str] | None) -> None:
+                 stored: frozenset[str] | None, order: tuple[str, ...] | None = None) -> None:
         self.ctx, self.einsums, self.objective, self.stored = ctx, einsums, objective, stored
-        self.order = search_order(ctx, einsums)
+        self.order = search_order(ctx, einsums) if order is None else order
         tileable = {r for r, _ in ctx.analysis.tileable(einsums)}
         self.loops = [r for r in self.order if r in tileable]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
@@ -337,6 +347,8 @@ class _Search:
 
         pair_rounds = 0
         for _ in range(4 * DESCENT_ROUNDS):
+            if self.objective == "latency" and self.near_bound(best[1]):
+                break  # (within the gain the search starts from: spread() stops there too)
             cur = best
             for r in self.loops:
                 for t in (self.size[r], *tile_options(self.size[r])):
@@ -440,19 +452,26 @@ def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "l
     if not an.legal(einsums):
         return Untileable(einsums, "; ".join(an.problems(einsums)))
     try:
-        s = _Search(ctx, tuple(einsums), objective, stored)
-        least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
-        if (least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused  # (an occupancy: cheap)
-                # (the quick occupancy is an upper bound: near the capacity, the built schedule decides)
-                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))
-                and s.least_fitting() is None):  # (nor with some loops whole)
-            return Untileable(einsums, s.why_none(), s.least)
+        searches = [_Search(ctx, tuple(einsums), objective, stored, order) for order in search_orders(ctx, einsums)]
+        s = searches[0]
+        if all(_fits_nowhere(x) for x in searches):
+            return Untileable(einsums, s.why_none(), min((x.least for x in searches if x.least is not None),
+                                                          default=None))
         lb = s.bound()
         if lb is None:
             return None
     except MambalayaError as err:
         return Untileable(einsums, str(err))
     return Bound(tuple(einsums), s.order, lb)
+
+
+def _fits_nowhere(s: _Search) -> bool:
+    """Whether no tiling in the search's loop order fits: not its least tiles (an occupancy: cheap; the quick
+    occupancy is an upper bound, so near the capacity the built schedule decides), nor with some loops whole."""
+    least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
+    return bool(least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused
+                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))
+                and s.least_fitting() is None)
 
 
 def tiling_floor(ctx: CostContext, einsums: tuple[str, ...], tiles: dict[str, int],
@@ -469,10 +488,17 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
     an = ctx.analysis
     if not an.legal(einsums):
         return Untileable(einsums, "; ".join(an.problems(einsums)))
-    try:
-        return _Search(ctx, tuple(einsums), objective, stored).run(give_up)
-    except MambalayaError as err:
-        return Untileable(einsums, str(err))
+    best: Tiled | Untileable | None = None
+    for order in search_orders(ctx, tuple(einsums)):
+        try:
+            got = _Search(ctx, tuple(einsums), objective, stored, order).run(give_up)
+        except MambalayaError as err:
+            got = Untileable(einsums, str(err))
+        if best is None or (isinstance(got, Tiled) and (not isinstance(best, Tiled)
+                                                        or got.score(objective) < best.score(objective))):
+            best = got
+    return best  # type: ignore[return-value]
 
 
-__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order", "tile_options", "tiling_bound", "tiling_floor"]
+__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order",
+           "search_orders", "tile_options", "tiling_bound", "tiling_floor"]

@@ -53,6 +53,8 @@ R = TypeVar("R")
 DEFAULT_MAX_SIZE = 24
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
+#: Most Einsums of a group crossing a layer boundary in a chain's space (``max_cross``) unless the caller says.
+DEFAULT_MAX_CROSS = 8
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class MapResult:
     space_s: float = 0.0
     nodes: int = 0
     cuts: int = 0
-    left_out: str | None = None  # what the candidate space left out (then ``optimal`` is False: not proven)
+    left_out: str | None = None  # what a size cap left out of the space (``optimal`` is false unless the caller chose it)
 
     @property
     def groups(self) -> list[list[str]]:
@@ -207,7 +209,7 @@ def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 @_gc_paused
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
-                    max_cross: int = 8, recompute: bool = False, lazy: bool | None = None) -> MapResult:
+                    max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
     ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``;
@@ -215,7 +217,9 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     crossing layers pays, by the ``layers`` shortest path (:mod:`.layers`). ``max_size`` caps the
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups
-    crossing a layer boundary up to ``max_cross`` Einsums). ``recompute`` also searches recomputing
+    crossing a layer boundary up to ``max_cross`` Einsums, :data:`DEFAULT_MAX_CROSS` unless given). A cap the
+    caller gives (``max_size``, ``max_cross``) defines the space ``optimal`` is proven over; one the mapper chose
+    that left a group out makes ``optimal`` false, and ``left_out`` says what. ``recompute`` also searches recomputing
     cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
     searched ones (:func:`~.space.build_space`; the same optimum); once the solves and searches have taken
@@ -227,8 +231,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     arch = load_arch(arch) if isinstance(arch, str) else arch
     if recompute and layers > 1:
         raise MappingError("recompute search maps one layer (layers=1)")
+    caller_capped = max_size is not None or (layers > 1 and max_cross is not None)
     if max_size is None and len(cascade.einsums) > UNBOUNDED_UP_TO:
         max_size = DEFAULT_MAX_SIZE
+    max_cross = DEFAULT_MAX_CROSS if max_cross is None else max_cross
     start = time.perf_counter()
     lazy = (True if lazy is None else lazy) and layers == 1 and not recompute
     if layers > 1:
@@ -267,7 +273,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
     mapping.validate(cascade)
     report = evaluate(cascade, arch, mapping, ctx=space.ctx)
-    return MapResult(mapping, report, sol.optimal and space.left_out is None, sol.gap, solve_s, len(cands),
+    proven = sol.optimal and (space.left_out is None or caller_capped)
+    return MapResult(mapping, report, proven, sol.gap, solve_s, len(cands),
                      sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
                      space.left_out)
 
@@ -384,6 +391,7 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
 
 
 __all__ = [
+    "DEFAULT_MAX_CROSS",
     "OBJECTIVES",
     "SOLVERS",
     "Candidate",

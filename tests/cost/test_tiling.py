@@ -170,3 +170,20 @@ def test_a_scan_is_untileable_only_when_no_tiling_fits(batch, seqlen, channels, 
         if isinstance(got, Untileable):
             s = _Search(ctx, members, "latency", None)
             assert not any(s.fits(t) for t in _every_tiling(s)), (members, got.reason)
+
+
+def test_a_scan_at_a_million_tokens_runs_its_recurrence_innermost() -> None:
+    """At 2^20 tokens no tile holds a whole sequence, and with the recurrence's loop outermost the scan keeps
+    (or re-reads) every channel's state across the sequence's tiles: the search also tries the recurrence's
+    loop innermost, and that order is the better one here."""
+    from mambalaya.cost.tiling import Tiled, best_tiling, search_orders
+
+    c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 1 << 20})
+    ctx = CostContext(c, load_arch("mambalaya"))
+    members = ("DA", "BX", "H", "SY")
+    first, inner = search_orders(ctx, members)
+    assert inner[-1] == "l" and first[0] == "l"
+    got = best_tiling(ctx, members)
+    alone = _Search(ctx, members, "latency", None, first).run()
+    assert isinstance(got, Tiled) and got.group.loop_order == inner
+    assert not isinstance(alone, Tiled) or got.cost.latency_s < alone.cost.latency_s

@@ -239,5 +239,27 @@ def test_a_chain_optimum_is_no_worse_than_one_group_over_both_layers(text: str, 
     whole = best_tiling(CostContext(chained, load_arch(arch)), tuple(chained.einsum_names))
     assert isinstance(whole, Tiled)
     assert r.report.latency_s <= whole.cost.latency_s * (1 + 1e-9)
-    capped = optimal_mapping(layer, arch, layers=2, max_cross=2)
-    assert not capped.optimal and "more than 2 Einsums" in capped.left_out
+    capped = optimal_mapping(layer, arch, layers=2, max_cross=2)  # (a cap the caller chose: its space)
+    assert capped.optimal and "more than 2 Einsums" in capped.left_out
+
+
+def test_a_chain_capped_by_default_is_not_called_optimal() -> None:
+    """Five element-wise Einsums a layer: two layers make ten, over the default cap on groups crossing a layer
+    boundary (8), so the mapper's own cap left groups out: ``optimal`` is false and ``left_out`` says what."""
+    from mambalaya.mapper import DEFAULT_MAX_CROSS
+
+    layer = parse_cascade_text("""
+name: pointwise
+params: {N: 16}
+ranks: {n: N}
+tensors: {X: {role: input}, Y: {role: output}}
+einsums:
+  - A[n] = exp(X[n])
+  - B[n] = A[n] * 0.5
+  - C[n] = silu(B[n])
+  - D[n] = C[n] + X[n]
+  - Y[n] = sigmoid(D[n])
+""")
+    assert 2 * len(layer.einsums) > DEFAULT_MAX_CROSS
+    r = optimal_mapping(layer, "mambalaya", layers=2)
+    assert not r.optimal and f"more than {DEFAULT_MAX_CROSS} Einsums" in r.left_out
