@@ -21,6 +21,7 @@ Typical use::
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
 
 from mambalaya.arch import Arch, load_arch
@@ -43,6 +44,10 @@ from mambalaya.schedule.ir import (
 )
 from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, group_occupancy, lower_group
 
+#: Most lowered schedules a :class:`Lowerer` keeps (least recently used go first): a mapper's tile searches lower
+#: tens of thousands of tilings, each costed once, and keeping every schedule took 8 GB on a small Mamba-2 on h200.
+LOWERED_MAX = 2048
+
 
 class Lowerer:
     """Lowers groups of one cascade (the analysis of each member set and the compiled index forms are
@@ -55,7 +60,7 @@ class Lowerer:
         self.analysis = analysis if analysis is not None else GroupAnalyzer(cascade)
         self.forms = Forms(cascade)
         self._models: dict[tuple, object] = {}
-        self._lowered: dict[tuple, GroupSchedule | ScheduleError] = {}
+        self._lowered: OrderedDict[tuple, GroupSchedule | ScheduleError] = OrderedDict()
         self._occupied: dict[tuple, tuple[int, int] | ScheduleError] = {}
 
     def model(self, members: tuple[str, ...], convex: bool = True):
@@ -82,8 +87,12 @@ class Lowerer:
                 got = lower_group(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
                                   policy, 0, capacity)
             except ScheduleError as err:
-                got = err
+                got = ScheduleError(str(err))  # (not the raised one: its traceback holds the lowering's frames)
             self._lowered[key] = got
+            if len(self._lowered) > LOWERED_MAX:
+                self._lowered.popitem(last=False)
+        else:
+            self._lowered.move_to_end(key)
         if isinstance(got, ScheduleError):
             raise ScheduleError(str(got))
         return got if index == got.index else replace(got, index=index)
@@ -100,7 +109,7 @@ class Lowerer:
                 got = group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms,
                                       stored, policy)
             except ScheduleError as err:
-                got = err
+                got = ScheduleError(str(err))  # (not the raised one: its traceback holds the lowering's frames)
             self._occupied[key] = got
         if isinstance(got, ScheduleError):
             raise ScheduleError(str(got))
