@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from mambalaya.errors import MappingError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers
 from mambalaya.ir.mapping import FusionGroup, Mapping
-from mambalaya.mapper.chain_space import build_chain_space
+from mambalaya.mapper.chain_space import DEFAULT_MAX_CROSS, build_chain_space
 from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
@@ -53,8 +54,11 @@ R = TypeVar("R")
 DEFAULT_MAX_SIZE = 24
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
-#: Most Einsums of a group crossing a layer boundary in a chain's space (``max_cross``) unless the caller says.
-DEFAULT_MAX_CROSS = 8
+#: A lazy space whose searched candidates cost more than this multiple of their bounds (the median; a candidate no
+#: tiling fits counts as infinitely far) is built eagerly: its solves would keep picking groups the bound flatters.
+#: (A published Mamba-1 on mambalaya: 1.0, lazy pays; a toy Mamba-2 on h200, where the capacity forces small tiles
+#: the bound ignores: 17 of its first 18 searched dropped, the rest 1.5-16x.)
+LAZY_MAX_GAP = 2.0
 
 
 @dataclass(frozen=True)
@@ -224,8 +228,9 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     that left a group out makes ``optimal`` false, and ``left_out`` says what. ``recompute`` also searches recomputing
     cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
-    searched ones (:func:`~.space.build_space`; the same optimum); once the solves and searches have taken
-    as long as searching the rest would (at the searches' mean time), the space is built eagerly instead.
+    searched ones (:func:`~.space.build_space`; the same optimum); once the searched candidates show the bounds
+    loose (:data:`LAZY_MAX_GAP`), or the solves and searches have taken as long as searching the rest would (at the
+    searches' mean time), the space is built eagerly instead.
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -248,7 +253,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    lazy_start, search_s, searched, solves = time.perf_counter(), 0.0, 0, 0
+    lazy_start, search_s, searched, solves, gaps = time.perf_counter(), 0.0, 0, 0, []
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
@@ -261,14 +266,16 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         inexact = sum(not c.exact for c in space.candidates)
         rest_s = inexact * search_s / searched if searched else math.inf
         solves += 1
-        if time.perf_counter() - lazy_start < rest_s:  # (ski rental: never more than twice the eager space's time)
+        loose = bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP
+        if not loose and time.perf_counter() - lazy_start < rest_s:  # (ski rental: at most twice the eager space's time)
             t = time.perf_counter()
             # search about as long as a solve takes (a large space's solves cost more than small batches' searches)
             per_solve_s = (t - lazy_start - search_s) / solves
-            refine(space, picked, max(REFINE_BATCH, round(per_solve_s * searched / search_s)) if search_s else REFINE_BATCH)
+            gaps += refine(space, picked,
+                           max(REFINE_BATCH, round(per_solve_s * searched / search_s)) if search_s else REFINE_BATCH)
             search_s += time.perf_counter() - t
             searched += inexact - sum(not c.exact for c in space.candidates)  # searched: costed or dropped
-        else:  # the solves have cost what searching the rest would: the eager space
+        else:  # the bounds are loose, or the solves have cost what searching the rest would: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]

@@ -22,7 +22,10 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
 from mambalaya.ir.expr import accesses
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.mapper.space import Candidate, Choice, Coster, Dominated, Rejected, Space, build_space
+from mambalaya.mapper.space import Candidate, Choice, Coster, Dominated, Rejected, Space, build_space, shared_coster
+
+#: Most Einsums of a group crossing a layer boundary in a chain's space (``max_cross``) unless the caller says.
+DEFAULT_MAX_CROSS = 8
 
 
 def _rename(members: tuple[str, ...], shift: int) -> tuple[str, ...]:
@@ -110,7 +113,7 @@ class _ChainAnalysis(GroupAnalysis):
 
 
 def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
-                      max_cross: int = 8, chained: Cascade | None = None) -> tuple[Cascade, Space]:
+                      max_cross: int = DEFAULT_MAX_CROSS, chained: Cascade | None = None) -> tuple[Cascade, Space]:
     """The space of ``chain_layers(layer, layers)`` (or of ``chained``, a chain of ``layer``).
 
     Exact over that space: the only groups left out cross a boundary with more than ``max_cross`` (the space's
@@ -131,7 +134,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     if layers > 1:
         two = chain_layers(layer, 2, feed=tuple(chained.meta["feed"]))  # type: ignore[arg-type]
         within = set(layer.einsum_names)
-        coster = Coster(two, arch, objective, None)
+        coster = shared_coster(two, arch, objective)  # (a chain mapped again, or with more layers, reuses it)
         kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
 
         def base(members: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -125,11 +125,16 @@ class _Shared:
 
     analysis: GroupAnalysis
     lowerer: Lowerer
+    #: the spaces' costers per (arch, objective): a cascade mapped again (another solver, an evaluation of the
+    #: space, a report after a map) reuses every group's search
+    costers: OrderedDict[tuple[str, str], Coster] = field(default_factory=OrderedDict)
 
 
 #: Arch-independent analyses of the last few cascades, keyed by :func:`fingerprint`.
 _SHARED: OrderedDict[str, _Shared] = OrderedDict()
 SHARED_MAX = 4
+#: Costers kept per cascade (the last few archs and objectives it was mapped on).
+COSTERS_MAX = 8
 
 
 def fingerprint(cascade: Cascade) -> str:
@@ -155,6 +160,21 @@ def shared_analysis(cascade: Cascade) -> _Shared:
             _SHARED.popitem(last=False)
     else:
         _SHARED.move_to_end(key)
+    return got
+
+
+def shared_coster(cascade: Cascade, arch: Arch, objective: str) -> Coster:
+    """The coster of ``cascade`` on ``arch`` for ``objective``, kept with the cascade's shared analysis (a group's
+    search depends on nothing else: its members, the arch and the objective)."""
+    sh = shared_analysis(cascade)
+    key = (repr(arch), objective)
+    got = sh.costers.get(key)
+    if got is None:
+        got = sh.costers[key] = Coster(cascade, arch, objective, CostContext(cascade, arch, sh.analysis, sh.lowerer))
+        while len(sh.costers) > COSTERS_MAX:
+            sh.costers.popitem(last=False)
+    else:
+        sh.costers.move_to_end(key)
     return got
 
 
@@ -266,7 +286,8 @@ class Coster:
         """The group's best tiling and cost (no dominance test: a lazy space refines what a solve picked)."""
         key = ("exact", *self._shape_key(members))
         if key not in self.shapes:
-            self.shapes[key] = self._exact(members)
+            chosen = self.shapes.get(self._shape_key(members))  # (an eager space's search, when one ran)
+            self.shapes[key] = chosen if isinstance(chosen, Choice | Rejected) else self._exact(members)
             self.evaluations += 1
         return self.shapes[key]
 
@@ -335,8 +356,10 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     ``lazy``: a group of several Einsums is given a lower bound on its cost (one lowering, no tile search,
     no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
     exact is optimal, since every other candidate costs at least its bound. ``coster``: a lazy space's, whose
-    searches and bounds an eager space reuses."""
-    coster = coster or Coster(cascade, arch, objective, ctx)
+    searches and bounds an eager space reuses; without it and ``ctx``, the cascade's shared one
+    (:func:`shared_coster`)."""
+    if coster is None:
+        coster = shared_coster(cascade, arch, objective) if ctx is None else Coster(cascade, arch, objective, ctx)
     if not arch.can_fuse:
         max_size = 1
     kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
@@ -381,23 +404,29 @@ def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
 REFINE_BATCH = 16
 
 
-def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> None:
+def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> list[float]:
     """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
-    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick)."""
+    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick). Returns, per
+    candidate searched, its cost over its bound (inf: dropped): how tight the space's bounds are."""
     todo = {c.einsums for c in picked if not c.exact}
     if not todo:
-        return
+        return []
     rest = sorted((c for c in space.candidates if not c.exact and c.einsums not in todo),
                   key=lambda c: c.cost(space.objective) / len(c.einsums))
     todo |= {c.einsums for c in rest[:batch]}
     coster: Coster = space.coster  # type: ignore[assignment]
-    kept = []
+    kept, gaps = [], []
     for c in space.candidates:
         if c.einsums not in todo:
             kept.append(c)
             continue
         ch = coster.exact(c.einsums)
         if isinstance(ch, Choice):
-            kept.append(_candidate(c.einsums, ch))
+            kept.append(new := _candidate(c.einsums, ch))
+            bound = c.cost(space.objective)
+            gaps.append(new.cost(space.objective) / bound if bound > 0 else 1.0)
+        else:
+            gaps.append(float("inf"))
     space.candidates = kept
     space.evaluations = coster.evaluations
+    return gaps

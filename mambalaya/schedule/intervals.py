@@ -15,6 +15,7 @@ denominator (``l//256`` is ``floor(l/256)``); anything else is refused with
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ class IndexForm:
     terms: tuple[Term, ...]
     den: int = 1
 
-    @property
+    @functools.cached_property
     def ranks(self) -> frozenset[str]:
         out: set[str] = set()
         for t in self.terms:

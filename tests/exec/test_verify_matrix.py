@@ -82,6 +82,8 @@ def test_matrix_full(name: str, arch_name: str, shrink: int | None, backend: str
     arch = load_arch(arch_name)
     if shrink:
         arch = arch.with_overrides(fusion_buffer_bytes=shrink)
+    if backend == "triton":  # the interpreter runs each program in Python: a grid for 8 slots, not 132 (mamba2's
+        arch = arch.with_overrides(program_slots=8)  # optimum verifies in 49 s instead of 331; still a grid of tiles)
     try:
         maps = list(_mappings(c, arch))
     except MambalayaError:

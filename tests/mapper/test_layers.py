@@ -11,7 +11,7 @@ from random_cascade import cascade_text
 
 from mambalaya.arch import load_arch
 from mambalaya.ir.chain import chain_layers, layer_name
-from mambalaya.mapper import build_problem, optimal_mapping
+from mambalaya.mapper import DEFAULT_MAX_CROSS, build_problem, optimal_mapping
 from mambalaya.mapper.chain_space import build_chain_space
 from mambalaya.mapper.layers import chain_structure, solve_layers
 from mambalaya.mapper.solver import Problem, Solution, quotient_cycle, solve
@@ -67,7 +67,7 @@ def test_mamba1_published_8_layers_equals_the_whole_chain() -> None:
     c = open_cascade("mamba1", model="mamba-370m", params={"batch": 64, "seqlen": 2048})
     p = chain_problem(c, 8, "h200")
     dp = same(p)
-    r = optimal_mapping(c, "h200", layers=8)
+    r = optimal_mapping(c, "h200", layers=8, max_cross=DEFAULT_MAX_CROSS)  # the cap chain_problem's space has
     assert r.optimal and len(r.groups) == len(dp.chosen)
     assert math.isclose(r.objective_value, dp.objective * r.resolution, rel_tol=1e-9)  # (the problem is in integer units)
     assert math.isclose(r.report.latency_s, r.objective_value, rel_tol=1e-9)

@@ -51,3 +51,41 @@ def test_a_lazy_space_bounds_groups_and_keeps_singletons_exact() -> None:
     for x in space.candidates:  # a bound never exceeds the searched cost
         if not x.exact and x.einsums in exact:
             assert x.latency_s <= exact[x.einsums].latency_s * (1 + 1e-12)
+
+
+def test_loose_bounds_build_the_space_eagerly(monkeypatch) -> None:
+    """Searched candidates far above their bounds (here: every one reported dropped) end the lazy loop after one
+    refinement: the eager space is built instead, with the same optimum."""
+    import mambalaya.mapper as mapper
+    from mambalaya.mapper.space import clear_shared
+
+    c, arch = small_cascade("mamba2-decode"), load_arch("mambalaya").with_overrides(fusion_buffer_bytes=4096)
+    eager = optimal_mapping(c, arch, lazy=False)  # (lazily, 6 refinements when the bounds count as tight)
+    clear_shared()
+    calls = []
+    real = mapper.refine
+
+    def refine_reporting_loose(space, picked, batch=16):
+        calls.append(len(picked))
+        return [float("inf") for _ in real(space, picked, batch)]
+
+    monkeypatch.setattr(mapper, "refine", refine_reporting_loose)
+    lazy = optimal_mapping(c, arch, lazy=True)
+    assert len(calls) == 1
+    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
+
+
+def test_a_cascade_mapped_again_reuses_its_searches(monkeypatch) -> None:
+    """The second map of a cascade on an arch (another solver, another cap) searches no group's tiles again."""
+    from mambalaya.mapper import space as sp
+
+    c, arch = small_cascade("attention"), load_arch("imax3")
+    sp.clear_shared()
+    first = optimal_mapping(c, arch, lazy=False)
+    searched = []
+    real = sp.best_tiling
+    monkeypatch.setattr(sp, "best_tiling", lambda *a, **k: searched.append(a[1]) or real(*a, **k))
+    again = optimal_mapping(c, arch, method="exhaustive", lazy=False)
+    assert searched == [] and again.objective_value == pytest.approx(first.objective_value, rel=1e-12)
+    optimal_mapping(c, load_arch("imax3").with_overrides(fusion_buffer_bytes=4096), lazy=False)
+    assert searched  # (another arch: searched anew)
