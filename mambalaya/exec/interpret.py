@@ -10,12 +10,21 @@ So a schedule that does not bring some element on chip before it is read compute
 and fails ``verify``; and the bytes counted are those the loads and stores copied. Each iteration
 of a grid loop (a GPU program) starts with every buffer NaN again: programs share nothing on chip.
 
+Every loaded cell also records which element of its tensor it holds (its provenance: loads set it,
+shifts move it). A compute reads a buffer through the schedule's own idea of where it starts (its
+base); a loaded cell holding another element than the one that base says (a stale row a wrong
+window skipped reloading) reads as NaN, like a row never loaded: so a wrong window fails ``verify``
+even where the stale values happen to agree, and the counted bytes, which follow the same boxes,
+cannot hide it.
+
 With ``trace=True`` the run also records, per compute, the elements it reads of each tensor and
 those it writes, in order: the access sequence the cache bound of the tests replays.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from typing import Any
 
@@ -25,8 +34,27 @@ from mambalaya.exec.backend import RunResult, counted_bytes, register
 from mambalaya.exec.reference import Evaluator, prepare_inputs
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.indexing import eval_index
-from mambalaya.schedule import Buffer, Compute, Forms, GroupSchedule, Load, LoopBlock, Schedule, Shift, Store, extent
+from mambalaya.schedule import (
+    Buffer,
+    Compute,
+    Forms,
+    GroupSchedule,
+    Load,
+    LoopBlock,
+    Schedule,
+    Shift,
+    Store,
+    extent,
+)
 from mambalaya.schedule.compute import effective_reads
+
+
+@functools.cache
+def _flat(shape: tuple[int, ...]) -> np.ndarray:
+    """Each element's flat index in an array of ``shape`` (read-only: shared)."""
+    out = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    out.flags.writeable = False
+    return out
 
 
 class _Group:
@@ -38,6 +66,8 @@ class _Group:
         self.moved, self.trace = moved, trace
         self.ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in g.ranges.items()}
         self.buf = {b.name: np.full(b.shape, np.nan, dtype=dtype) for b in g.buffers}
+        #: per buffer cell, the flat index in its tensor of the element a load put there (-1: none, or computed)
+        self.prov = {b.name: np.full(b.shape, -1, dtype=np.int64) for b in g.buffers}
         self.spec = {b.name: b for b in g.buffers}
         self.window_base: dict[tuple[str, int], int] = {}
         self.inline = frozenset(m for m, _ in g.inline)
@@ -78,6 +108,8 @@ class _Group:
                     if s.loop < self.g.grid:  # a new program of a GPU's grid: nothing on chip from the last
                         for arr in self.buf.values():
                             arr[...] = np.nan
+                        for held in self.prov.values():
+                            held[...] = -1
                         self.window_base.clear()
                     self.walk(s.body, {**state, s.loop: extent.tile_of(lp, t)})
             elif isinstance(s, Load):
@@ -106,6 +138,8 @@ class _Group:
         src = tuple(slice(lo, hi + 1) for lo, hi in box)
         dst = tuple(slice(lo - z, hi + 1 - z) for (lo, hi), z in zip(box, base, strict=True))
         self.buf[s.buffer][dst] = self.offchip[s.tensor][src]
+        own = s.init_of is None and b.tensor == s.tensor  # (an initial state's rows stand for no element of it)
+        self.prov[s.buffer][dst] = _flat(self.offchip[s.tensor].shape)[src] if own else -1
         n = int(np.prod([hi - lo + 1 for lo, hi in box]))
         self.moved.setdefault(s.tensor, {"read": 0, "write": 0})["read"] += n
 
@@ -136,17 +170,19 @@ class _Group:
         arr = self.buf[s.buffer]
         if state[s.loop][2] or key not in self.window_base:  # the loop's first tile: a fresh window
             arr[...] = np.nan
+            self.prov[s.buffer][...] = -1
         else:
             d = new - self.window_base[key]
             if d:
-                moved = np.full_like(arr, np.nan)
                 keep = ax.extent - d
-                if keep > 0:
-                    src = [slice(None)] * arr.ndim
-                    dst = [slice(None)] * arr.ndim
-                    src[s.axis], dst[s.axis] = slice(d, d + keep), slice(0, keep)
-                    moved[tuple(dst)] = arr[tuple(src)]
-                self.buf[s.buffer] = moved
+                src = [slice(None)] * arr.ndim
+                dst = [slice(None)] * arr.ndim
+                src[s.axis], dst[s.axis] = slice(d, d + max(keep, 0)), slice(0, max(keep, 0))
+                for cells, empty in ((self.buf, np.nan), (self.prov, -1)):
+                    moved = np.full_like(cells[s.buffer], empty)
+                    if keep > 0:
+                        moved[tuple(dst)] = cells[s.buffer][tuple(src)]
+                    cells[s.buffer] = moved
         self.window_base[key] = new
 
     def _limits(self, name: str, state) -> dict[str, tuple[int, int]]:
@@ -239,6 +275,7 @@ class _Group:
             tgt[tuple(dst)] += val[tuple(src)]
         else:
             tgt[tuple(dst)] = val[tuple(src)]
+        self.prov[s.buffer][tuple(dst)] = -1  # (computed here: no loaded element)
 
     def _view(self, bname: str, tensor: str, state) -> np.ndarray:
         """A whole-tensor array holding what buffer ``bname`` holds now (NaN elsewhere)."""
@@ -246,6 +283,12 @@ class _Group:
         out = np.full(shape, np.nan, dtype=self.dtype)
         glob, local = self.held(self.spec[bname], state, shape)
         out[glob] = self.buf[bname][local]
+        held = self.prov[bname][local]
+        stale = (held >= 0) & (held != _flat(shape)[glob])
+        if stale.any():  # (not the element its base says: as if never loaded)
+            view = out[glob]
+            view[stale] = np.nan
+            out[glob] = view
         return out
 
     def _fill(self, env: dict, tensor: str, bname: str, state) -> None:

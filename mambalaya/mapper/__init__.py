@@ -249,12 +249,12 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     else:
         space = build_space(cascade, arch, objective, max_size=max_size, lazy=lazy)
     space_s = time.perf_counter() - start
-    if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
-        raise explain_infeasible(space)
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
     lazy_start, search_s, searched, solves, gaps = time.perf_counter(), 0.0, 0, 0, []
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
+        if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
+            raise explain_infeasible(space)  # (also once a refinement drops the last group a bound said fits)
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
         sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None

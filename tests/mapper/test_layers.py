@@ -55,9 +55,9 @@ def test_layers_equals_monolithic(name: str, arch: str, layers: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("objective", ["latency", "traffic"])
-def test_layers_equals_monolithic_mamba2(objective: str) -> None:
-    same(chain_problem(open_cascade("mamba2"), 3, "h200", objective))
+@pytest.mark.parametrize(("objective", "arch"), [("latency", "mambalaya"), ("traffic", "imax3")])
+def test_layers_equals_monolithic_mamba2(objective: str, arch: str) -> None:
+    same(chain_problem(open_cascade("mamba2"), 3, arch, objective))
 
 
 @pytest.mark.slow

@@ -43,9 +43,9 @@ def test_ilp_equals_exhaustive(name: str, arch: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mamba2", "mamba1", "attention"])
-@pytest.mark.parametrize("arch", ["imax3", "h200", "marca"])
-@pytest.mark.parametrize("objective", ["latency", "traffic"])
+@pytest.mark.parametrize(("objective", "arch", "name"), [  # (mamba2 on h200 by latency: test_space's default-mamba2 test)
+    (o, a, n) for o in ("latency", "traffic") for a in ("imax3", "h200", "marca") for n in ("mamba2", "mamba1", "attention")
+    if (o, a, n) != ("latency", "h200", "mamba2")])
 def test_ilp_equals_exhaustive_all(name: str, arch: str, objective: str) -> None:
     c = open_cascade(name)
     _same(optimal_mapping(c, arch, objective), optimal_mapping(c, arch, objective, method="exhaustive"))
@@ -74,6 +74,24 @@ def test_infeasible_explained() -> None:
     arch = load_arch("imax3").with_overrides(fusion_buffer_bytes=2)
     with pytest.raises(MappingError, match=r"no mapping fits a 2 B buffer.*Einsum \w+ alone needs at least"):
         optimal_mapping(c, arch)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_infeasible_explained_when_only_a_bound_fitted(lazy: bool) -> None:
+    """A nested max no tiling fits alone, behind a producer whose group with it the lazy space bounds as fitting:
+    once the search drops that group, the error still names the Einsum and why (not a bare solver message)."""
+    c = parse_cascade_text("""
+name: nested
+params: {B: 4, L: 40, C: 30}
+ranks: {b: B, l: L, c: C}
+tensors: {X: {role: input}, MX: {role: output}}
+einsums:
+  - Y[b,l,c] = exp(X[b,l,c])
+  - MX[b] = max_l(max_c(Y[b,l,c]))
+""")
+    arch = load_arch("imax3").with_overrides(fusion_buffer_bytes=100)
+    with pytest.raises(MappingError, match=r"Einsum MX alone needs at least .*a max over the tiled rank"):
+        optimal_mapping(c, arch, lazy=lazy)
 
 
 def test_cyclic_cover_is_cut() -> None:

@@ -5,19 +5,16 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.arch import load_arch
+from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.model import evaluate
+from mambalaya.exec.verify import verify_mapping
 from mambalaya.ir.mapping import Mapping
 from mambalaya.mapper import optimal_mapping
 from mambalaya.mapper.space import build_space
 from mambalaya.parse import open_cascade
 
 
-@pytest.mark.parametrize(("name", "arch"), [pytest.param("mamba1", "imax3", marks=pytest.mark.slow),
-                                            pytest.param("mamba2", "h200", marks=pytest.mark.slow), ("attention", "mambalaya"),
-                                            ("mamba1-decode", "imax3")])
-def test_candidates_cost_what_evaluate_says(name: str, arch: str) -> None:
-    """A candidate's traffic and latency are those of its group evaluated alone (the same schedule, priced once)."""
-    c, a = open_cascade(name), load_arch(arch)
+def _candidates_cost_what_evaluate_says(c, a) -> None:
     space = build_space(c, a)
     assert space.candidates
     for cand in space.candidates[:40]:
@@ -29,14 +26,37 @@ def test_candidates_cost_what_evaluate_says(name: str, arch: str) -> None:
             assert r.schedule.groups[0].occupancy_bytes == cand.buffer_bytes <= a.fusion_buffer_bytes
 
 
-@pytest.mark.slow  # mamba2 at its default shapes on h200: the grid search of every group (~3 min)
-def test_optimum_is_priced_as_evaluated() -> None:
-    c, a = open_cascade("mamba2"), load_arch("h200")
+def _priced_as_evaluated(c, a):
     res = optimal_mapping(c, a)
     again = evaluate(c, a, res.mapping)
     assert again.traffic_bytes == res.report.traffic_bytes
     assert again.latency_s == pytest.approx(res.report.latency_s)
     assert all(g.occupancy_bytes <= a.fusion_buffer_bytes for g in again.schedule.groups)
+    return res
+
+
+@pytest.mark.parametrize(("name", "arch"), [pytest.param("mamba1", "imax3", marks=pytest.mark.slow),
+                                            ("attention", "mambalaya"), ("mamba1-decode", "imax3")])
+def test_candidates_cost_what_evaluate_says(name: str, arch: str) -> None:
+    """A candidate's traffic and latency are those of its group evaluated alone (the same schedule, priced once)."""
+    _candidates_cost_what_evaluate_says(open_cascade(name), load_arch(arch))
+
+
+@pytest.mark.slow  # mamba2 at its default shapes on h200: the grid search of every group (~4 min on a CI core)
+def test_the_default_mamba2_on_h200() -> None:
+    """The one space of the slow suite that takes minutes to build, built once (the mapper keeps a cascade's
+    searches per process) for every check that needs it: its candidates cost what evaluate says, the optimum is
+    priced as evaluated, the MIP equals the exhaustive solver on it, and the optimum, the greedy and the unfused
+    mappings compute the reference's numbers with the predicted traffic (Numba)."""
+    c, a = open_cascade("mamba2"), load_arch("h200")
+    _candidates_cost_what_evaluate_says(c, a)
+    res = _priced_as_evaluated(c, a)
+    ex = optimal_mapping(c, a, method="exhaustive")
+    assert res.optimal and ex.optimal and ex.groups == res.groups
+    assert ex.objective_value == pytest.approx(res.objective_value, rel=1e-9)
+    for m in (res.mapping, greedy_mapping(c, a), unfused_baseline(c, a)):
+        r = verify_mapping(c, a, mapping=m, backend="numba")
+        assert r["ok"], r
 
 
 def test_gc_is_restored() -> None:
