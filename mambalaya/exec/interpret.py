@@ -285,10 +285,7 @@ class _Group:
         out[glob] = self.buf[bname][local]
         held = self.prov[bname][local]
         stale = (held >= 0) & (held != _flat(shape)[glob])
-        if stale.any():  # (not the element its base says: as if never loaded)
-            view = out[glob]
-            view[stale] = np.nan
-            out[glob] = view
+        out[glob][stale] = np.nan  # (not the element its base says: as if never loaded; glob's slices give a view)
         return out
 
     def _fill(self, env: dict, tensor: str, bname: str, state) -> None:

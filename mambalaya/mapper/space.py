@@ -170,7 +170,7 @@ def shared_coster(cascade: Cascade, arch: Arch, objective: str) -> Coster:
     key = (repr(arch), objective)
     got = sh.costers.get(key)
     if got is None:
-        got = sh.costers[key] = Coster(cascade, arch, objective, CostContext(cascade, arch, sh.analysis, sh.lowerer))
+        got = sh.costers[key] = Coster(cascade, arch, objective, None)  # (its context: the same shared analysis)
         while len(sh.costers) > COSTERS_MAX:
             sh.costers.popitem(last=False)
     else:
