@@ -29,6 +29,8 @@ class CostContext:
     lowerer: Lowerer = None  # type: ignore[assignment]
     _ops: dict[str, tuple[OpCount, ...]] = field(default_factory=dict, repr=False)
     _compute: dict[str, float] = field(default_factory=dict, repr=False)
+    #: a group's tile search by (members, objective, stored): the baselines, the mapper and its report ask again
+    tilings: dict[tuple, object] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.analysis is None:

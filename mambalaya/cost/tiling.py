@@ -485,6 +485,10 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
     """The group's best tiling on ``ctx.arch`` (module docstring), or why none fits. ``give_up(bound)``: when
     the untiled schedule does not fit, a predicate on the lower bound it gives (a :class:`GroupCost`) that
     ends the search (a mapper's dominance test); the result is then :class:`Untileable` with that bound."""
+    key = (tuple(einsums), objective, stored)
+    got = ctx.tilings.get(key)
+    if got is not None:
+        return got  # type: ignore[return-value]
     an = ctx.analysis
     if not an.legal(einsums):
         return Untileable(einsums, "; ".join(an.problems(einsums)))
@@ -497,6 +501,8 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         if best is None or (isinstance(got, Tiled) and (not isinstance(best, Tiled)
                                                         or got.score(objective) < best.score(objective))):
             best = got
+    if isinstance(best, Tiled) or give_up is None:  # (a search that gave up is not the group's answer)
+        ctx.tilings[key] = best
     return best  # type: ignore[return-value]
 
 

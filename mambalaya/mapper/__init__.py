@@ -45,7 +45,7 @@ from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, REFINE_BATCH, Candidate, Space, build_space, refine
+from mambalaya.mapper.space import OBJECTIVES, REFINE_BATCH, Candidate, Space, build_space, refine, shared_coster
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -389,9 +389,11 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
         out = map_report(cascade, arch, mapping, objective=objective, method="file")
     else:
         res = optimal_mapping(cascade, arch, objective, method, time_limit_s, layers=layers, recompute=recompute)
+        # (one layer: the report's baselines reuse the searches the mapper made)
+        ctx = shared_coster(cascade, arch, objective).ctx if layers == 1 and not recompute else None
         cascade = chain_layers(cascade, layers) if layers > 1 else cascade
         out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
-                         solve_s=res.solve_s, method=res.method)
+                         solve_s=res.solve_s, method=res.method, ctx=ctx)
         out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution})
         if res.left_out:
             out["left_out"] = res.left_out

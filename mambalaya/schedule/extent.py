@@ -5,7 +5,8 @@ tile ``[lo, hi)`` and whether it is the loop's first), so the numbers here are e
 executor that runs the loop nest moves. To stay fast at a million tokens, a loop's tiles are
 enumerated only near its ends when the box is affine in the loop (every interior tile then has
 the same size, and clipping to the tensor or a skewed first tile only touches the ends); a box
-with a floor or remainder of the loop's rank is enumerated tile by tile.
+with a floor or remainder of the loop's rank is enumerated tile by tile. Many tiles at once are
+evaluated with numpy (:meth:`AxisFn.intervals`): the same tiles, the same integer arithmetic.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+import numpy as np
+
 from mambalaya.schedule.intervals import IndexForm, Interval
 from mambalaya.schedule.ir import AxisBox, Loop, Range
 
@@ -22,11 +25,38 @@ from mambalaya.schedule.ir import AxisBox, Loop, Range
 State = Mapping[int, tuple[int, int, bool]]
 #: loops with at most this many tiles are always enumerated whole
 ENUMERATE_UP_TO = 16
+#: walks over more tile combinations than this are evaluated as numpy arrays (below it, plain Python is quicker)
+VECTOR_FROM = 48
+#: an array's "no interval" marker (far beyond any index)
+_FAR = np.int64(1) << 60
 
 
 def tile_of(loop: Loop, t: int) -> tuple[int, int, bool]:
     lo = t * loop.tile
     return lo, min(lo + loop.tile, loop.extent), t == 0
+
+
+def tiles_of(loop: Loop, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tile_of` at an array of tile indices."""
+    lo = ts * loop.tile
+    return lo, np.minimum(lo + loop.tile, loop.extent), ts == 0
+
+
+def range_bounds(r: Range, lo: np.ndarray, hi: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Range.bounds` at arrays of tiles (numpy's ``//`` and ``%`` floor as Python's do)."""
+    if r.kind == "full":
+        return np.int64(0), np.int64(r.size)
+    if r.kind == "tile":
+        a = np.where(first, 0, lo + r.skew)
+        return np.maximum(a, 0), np.minimum(hi + r.skew, r.size)
+    if r.kind == "parent":
+        return np.maximum(lo * r.scale + r.offset, 0), np.minimum(hi * r.scale + r.offset, r.size)
+    a, b = (lo - r.offset) // r.divisor, (hi - 1 - r.offset) // r.divisor
+    if r.modulus is not None:
+        m = r.modulus
+        same = a // m == b // m
+        a, b = np.where(same, a % m, 0), np.where(same, b % m, m - 1)
+    return np.maximum(a, 0), np.minimum(b + 1, r.size)
 
 
 def rank_interval(r: Range, state: State) -> Interval:
@@ -140,6 +170,36 @@ class AxisFn:
             return 0, -1
         return (lo if lo > 0 else 0), (hi if hi < self.size - 1 else self.size - 1)
 
+    def intervals(self, state: Mapping[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`interval` at arrays of tiles (``state``: per loop, :func:`tiles_of`'s arrays, broadcastable
+        against each other): arrays of ``lo`` and ``hi``. Not for a generic box (a floor or remainder of a
+        moving rank)."""
+        if self.static is not None:
+            return np.int64(self.static[0]), np.int64(self.static[1])
+        assert not self.generic, "a generic box is evaluated tile by tile"
+        lo = hi = None
+        for a, b, terms in self.reads:
+            a0, b0, ok = np.int64(a), np.int64(b), True
+            for coef, r in terms:
+                st = state.get(r.loop) if r.loop is not None else None
+                if st is None:
+                    x0, x1 = np.int64(0), np.int64(r.size - 1)
+                else:
+                    x0, x1 = range_bounds(r, *st)
+                    x1 = x1 - 1
+                ok = ok & (x0 <= x1)
+                if coef >= 0:
+                    a0, b0 = a0 + coef * x0, b0 + coef * x1
+                else:
+                    a0, b0 = a0 + coef * x1, b0 + coef * x0
+            a0, b0 = np.where(ok, a0, _FAR), np.where(ok, b0, -_FAR)  # (an empty read adds nothing to the hull)
+            lo = a0 if lo is None else np.minimum(lo, a0)
+            hi = b0 if hi is None else np.maximum(hi, b0)
+        if lo is None:
+            return np.int64(0), np.int64(-1)
+        empty = lo > hi  # (every read empty)
+        return np.where(empty, 0, np.maximum(lo, 0)), np.where(empty, -1, np.minimum(hi, self.size - 1))
+
     def reach(self, loop: int, extent: int) -> int:
         key = (loop, extent)
         got = self._reach.get(key)
@@ -149,13 +209,23 @@ class AxisFn:
 
 
 def is_affine(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]]) -> bool:
-    """No floor or remainder in the forms, and no range is a piece (a floor) of its loop."""
+    """Whether every interior tile of a loop gives the box the same length (then one stands for them all): no
+    floor or remainder in the forms, no range a piece (a floor) of its loop, and every read moving at one rate
+    along each loop (the hull of ``X[l]`` and ``X[8*c + q]`` under tiles of ``c`` grows tile by tile)."""
+    rates: list[dict[int, int]] = []  # per read, how far it moves per index of each loop
     for form, member in axis.reads:
         if any(t.sub is not None for t in form.terms) or form.den != 1:
             return False
         if any(ranges[member][r].kind == "piece" for r in form.ranks):
             return False
-    return True
+        mine: dict[int, int] = {}
+        for t in form.terms:
+            x = ranges[member][t.rank]
+            if x.loop is not None:
+                mine[x.loop] = mine.get(x.loop, 0) + t.coef * (x.scale if x.kind == "parent" else 1)
+        rates.append(mine)
+    loops = set().union(*rates) if rates else set()
+    return all(len({r.get(j, 0) for r in rates}) == 1 for j in loops)
 
 
 def rises_with(axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]], loop: int) -> bool:
@@ -274,8 +344,28 @@ def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     return _max_length(fn, loops, deps)
 
 
+def _grid(walks: list[list[int]]) -> list[np.ndarray]:
+    """Each walk as an array along its own axis (their combinations by broadcasting)."""
+    out = []
+    for i, w in enumerate(walks):
+        shape = [1] * len(walks)
+        shape[i] = len(w)
+        out.append(np.asarray(w, dtype=np.int64).reshape(shape))
+    return out
+
+
+def _combinations(walks: list[list[int]]) -> int:
+    n = 1
+    for w in walks:
+        n *= len(w)
+    return n
+
+
 def _max_length(fn: AxisFn, loops: tuple[Loop, ...], deps: list[int]) -> int:
     walks = [tiles_to_walk(loops[j], fn.affine, fn.reach(j, loops[j].extent))[0] for j in deps]
+    if not fn.generic and _combinations(walks) > VECTOR_FROM:
+        lo, hi = fn.intervals({j: tiles_of(loops[j], ts) for j, ts in zip(deps, _grid(walks), strict=True)})
+        return max(0, int((hi - lo).max()) + 1)
     best = 0
     for ts in itertools.product(*walks):
         state = {j: tile_of(loops[j], t) for j, t in zip(deps, ts, strict=True)}
@@ -353,6 +443,10 @@ def _comp_sum(js: list[int], fns: list[AxisFn], idx: list[int], loops, slides, s
         ts, rep, count = tiles_to_walk(loops[j], affine, reach)
         walks.append(ts)
         reps.append((rep, count))
+    if not any(fn.generic for fn in fns) and _combinations(walks) > VECTOR_FROM:
+        got = _comp_sum_arrays(js, fns, idx, loops, slides, slide_loop, walks, reps)
+        if got is not None:
+            return got
     total = 0
     for ts in itertools.product(*walks):
         state = {j: tile_of(loops[j], t) for j, t in zip(js, ts, strict=True)}
@@ -376,6 +470,32 @@ def _comp_sum(js: list[int], fns: list[AxisFn], idx: list[int], loops, slides, s
     return total
 
 
+def _comp_sum_arrays(js: list[int], fns: list[AxisFn], idx: list[int], loops, slides, slide_loop, walks,
+                     reps) -> int | None:
+    """:func:`_comp_sum` over the same tiles as arrays (None: a sum too large for int64, left to Python)."""
+    grid = _grid(walks)
+    state = {j: tiles_of(loops[j], ts) for j, ts in zip(js, grid, strict=True)}
+    weight = np.int64(1)
+    for (rep, count), ts in zip(reps, grid, strict=True):
+        if rep >= 0:
+            weight = weight * np.where(ts == rep, count + 1, 1)
+    n = np.int64(1)
+    bound = 1.0
+    for i, fn in zip(idx, fns, strict=True):
+        lo, hi = fn.intervals(state)
+        if i == slides and slide_loop in state:  # only indices past the previous tile's box are new
+            ts = grid[js.index(slide_loop)]
+            before = {**state, slide_loop: tiles_of(loops[slide_loop], np.maximum(ts - 1, 0))}
+            lo = np.where(ts > 0, np.maximum(lo, fn.intervals(before)[1] + 1), lo)
+        length = np.maximum(0, hi - lo + 1)
+        bound *= float(np.max(length)) + 1
+        n = n * length
+    bound *= float(np.max(weight)) * _combinations(walks)
+    if bound >= 2.0**62:
+        return None
+    return int(np.sum(np.broadcast_to(n * weight, tuple(len(w) for w in walks))))
+
+
 def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, size: int) -> int:
     """Rows a sliding window keeps: the tile plus how far its readers reach behind it (``behind``: the
     least ``skew + offset`` a reader reads at, at most 0 counts), and what a reader after the loop reads
@@ -386,5 +506,5 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
     return min(rows, size)
 
 
-__all__ = ["ENUMERATE_UP_TO", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
-           "range_is_uniform", "range_length", "rank_interval", "rises_with", "tile_of", "tiles_to_walk", "window_rows"]
+__all__ = ["ENUMERATE_UP_TO", "VECTOR_FROM", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
+           "range_is_uniform", "range_length", "range_bounds", "rank_interval", "rises_with", "tile_of", "tiles_of", "tiles_to_walk", "window_rows"]

@@ -45,6 +45,16 @@ class IndexForm:
     terms: tuple[Term, ...]
     den: int = 1
 
+    def __hash__(self) -> int:  # (kept: a schedule's boxes are dictionary keys looked up millions of times)
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash((self.const, self.terms, self.den))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:  # (a string's hash differs between processes: never pickle one)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @functools.cached_property
     def ranks(self) -> frozenset[str]:
         out: set[str] = set()

@@ -95,6 +95,16 @@ class AxisBox:
     reads: tuple[tuple[IndexForm, str], ...]
     loops: frozenset[int] = frozenset()  # the tile loops the interval moves with
 
+    def __hash__(self) -> int:  # (kept: boxes are dictionary keys looked up millions of times)
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash((self.size, self.reads, self.loops))
+            object.__setattr__(self, "_hash", got)
+        return got
+
+    def __getstate__(self) -> dict:  # (a string's hash differs between processes: never pickle one)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 @dataclass(frozen=True)
 class BufferAxis:

@@ -34,6 +34,7 @@ what cannot be lowered raises :class:`ScheduleError` with the reason.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from mambalaya.errors import MappingError
@@ -87,6 +88,8 @@ class Forms:
     extents: dict = field(default_factory=dict)  # box lengths and totals, by what they depend on (extent's memo)
     _fns: dict = field(default_factory=dict)  # (box, the ranges its reads see) -> AxisFn, across groups
     _inline: dict = field(default_factory=dict)
+    #: a group's placement by what decides it (:meth:`_Lowering.placed`): every tiling of the same loops shares it
+    placements: OrderedDict = field(default_factory=OrderedDict)
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -209,6 +212,31 @@ def _abuts(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
 def _reduces_all(term, ranks: set[str]) -> bool:
     """The term is one explicit sum over exactly these ranks."""
     return isinstance(term, Reduce) and term.op == "sum" and {term.rank} == ranks
+
+
+#: Most placements :class:`Forms` keeps (least recently used go first)
+PLACEMENTS_MAX = 8192
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Steps 1-3 of a group at one set of tiled loops, which do not depend on the tiles' sizes (only on which
+    loops are tiled and on how each tile meets the pieces of its rank, :meth:`_Lowering.piece_signature`): the
+    loops that stay, every member's ranges and place, the statement tree, the fused scans, the read offsets and
+    skews, and the windows. Shared by every tiling with the same key; read-only."""
+
+    ranks: tuple[str, ...]
+    ms: dict[str, _Member]
+    tree: list
+    scans: dict[str, list[str]]
+    offsets: dict
+    tails: dict
+    skew: dict
+    halos: dict
+    notes: tuple[str, ...]
+    dropped: int  # the first notes: the loops found dead
+    wins: dict
+    fns: dict = field(default_factory=dict)  # each box compiled against these ranges, each output's box
 
 
 class _DeadLoop(Exception):
@@ -546,22 +574,9 @@ class _Lowering:
 
     # ---- 4. the whole lowering ---------------------------------------------------------
     def run(self, probe: bool = False) -> GroupSchedule | int:
-        loops = self.loops()
-        while True:
-            ms = self.ranges(loops)
-            try:
-                tree = self.place(loops, ms, 0)
-                break
-            except _DeadLoop as dead:  # a tile no member can follow inside the outer loops: dropped
-                self.notes.append(f"the tile of {loops[dead.loop].rank} has no effect: no member inside the outer "
-                                  f"loops iterates it")
-                loops = [lp for j, lp in enumerate(loops) if j != dead.loop]
-        notes = list(self.notes)
-        self.fuse_scans(tree)
-        self.skews(loops, ms)
+        loops, ms, tree, wins = self.placed(self.loops(), 0)
         if probe:
-            return _Builder(self, loops, ms, tree, self.windows(loops, ms)).occupancy()
-        wins = self.windows(loops, ms)
+            return _Builder(self, loops, ms, tree, wins).occupancy()
         if self.policy.gpu:  # the leading parallel loops become the program grid
             # (a loop's role needs only the members and their own buffers, not the operands' streams)
             probe = _Builder(self, loops, ms, tree, wins)
@@ -571,13 +586,64 @@ class _Lowering:
             while grid < len(loops) and roles[grid].role == "parallel" and not self._after_at(tree, grid):
                 grid += 1
             if grid:
-                ms = self.ranges(loops)
-                tree = self.place(loops, ms, grid)
-                self.notes = notes
-                self.fuse_scans(tree)
-                self.skews(loops, ms)
-                return replace(_Builder(self, loops, ms, tree, self.windows(loops, ms), grid).build(), grid=grid)
+                dropped = self.notes[:self.dropped]  # (the loops the first placement found dead stay dropped)
+                loops, ms, tree, wins = self.placed(loops, grid)
+                self.notes[:0] = dropped
+                return replace(_Builder(self, loops, ms, tree, wins, grid).build(), grid=grid)
         return _Builder(self, loops, ms, tree, wins).build()
+
+    def piece_signature(self, loops: list[Loop]) -> tuple:
+        """How each tiled loop's tile meets the pieces of its rank (``h = x // 16``): whether it is a multiple or a
+        divisor of each piece's period, and finer than its divisor. What steps 1-3 read of the tiles' sizes."""
+        index = {lp.rank: lp.tile for lp in loops}
+        out = []
+        for b in self.model.bindings.values():
+            for child, (_, div, mod) in b.pieces:
+                if b.loop in index or child in index:
+                    for t in (index.get(b.loop), index.get(child)):
+                        if t is not None:
+                            period = div * (mod or 1)
+                            out.append((t % div == 0, div % t == 0, div > t, t % period == 0, period % t == 0))
+        return tuple(out)
+
+    def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
+        """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
+        when a tiling of the same loops with the same :meth:`piece_signature` was placed before (a refusal is not
+        kept: its message names the tile)."""
+        key = (self.group.einsums, self.group.recompute, self.stored, self.policy, tuple(lp.rank for lp in loops),
+               self.piece_signature(loops), grid)
+        cache = self.forms.placements
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = self._place(loops, grid)
+            if len(cache) > PLACEMENTS_MAX:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+        self.scans, self.offsets, self.tails, self.skew, self.parent_halos = (got.scans, got.offsets, got.tails,
+                                                                              got.skew, got.halos)
+        self.notes = list(got.notes)
+        self.dropped = got.dropped
+        self.fns = got.fns
+        return [lp for lp in loops if lp.rank in got.ranks], got.ms, got.tree, got.wins
+
+    def _place(self, loops: list[Loop], grid: int) -> _Placed:
+        self.notes = []
+        while True:
+            ms = self.ranges(loops)
+            try:
+                tree = self.place(loops, ms, grid)
+                break
+            except _DeadLoop as dead:  # a tile no member can follow inside the outer loops: dropped
+                self.notes.append(f"the tile of {loops[dead.loop].rank} has no effect: no member inside the outer "
+                                  f"loops iterates it")
+                loops = [lp for j, lp in enumerate(loops) if j != dead.loop]
+        dropped = len(self.notes)
+        self.fuse_scans(tree)
+        self.skews(loops, ms)
+        wins = self.windows(loops, ms)
+        return _Placed(tuple(lp.rank for lp in loops), ms, tree, self.scans, self.offsets, self.tails, self.skew,
+                       self.parent_halos, tuple(self.notes), dropped, wins)
 
     def fuse_scans(self, tree: list) -> None:
         """Recurrences whose group readers it can compute step by step (:func:`~.compute.scan_consumers`),
@@ -644,7 +710,7 @@ class _Builder:
         self.stream_of: dict[tuple[str, int], _Stream] = {}
         self.inits: dict[tuple[str, int], _Stream] = {}
         self.notes = list(lw.notes)
-        self.fns: dict[AxisBox, extent.AxisFn] = {}
+        self.fns: dict[AxisBox, extent.AxisFn] = lw.fns  # (its placement's: shared by every tiling of it)
         self.absorbed = {c: r for r, cs in lw.scans.items() for c in cs}  # scan consumer -> its recurrence
 
     def _fn(self, axis: AxisBox) -> extent.AxisFn:
@@ -661,10 +727,14 @@ class _Builder:
             f"{kind}_{tensor}_{len(self.buffers)}"
 
     def _out_axis(self, m: _Member, pos: int) -> AxisBox:
-        r = m.einsum.out_ranks[pos]
-        form = IndexForm(0, (Term(1, r),))
-        x = m.ranges[r]
-        return AxisBox(self.c.rank_size(r), ((form, m.name),), frozenset({x.loop}) if x.loop is not None else frozenset())
+        """The box of the member's output along one axis (kept with the placement, which decides it)."""
+        got = self.fns.get((m.name, pos))
+        if got is None:
+            r = m.einsum.out_ranks[pos]
+            x = m.ranges[r]
+            got = self.fns[(m.name, pos)] = AxisBox(self.c.rank_size(r), ((IndexForm(0, (Term(1, r),)), m.name),),
+                                                    frozenset({x.loop}) if x.loop is not None else frozenset())
+        return got
 
     # -- internal buffers --
     def internal_buffers(self) -> None:

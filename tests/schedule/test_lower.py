@@ -1,12 +1,15 @@
-"""Lowering refuses tilings that would leave indices of a rank uncomputed."""
+"""Lowering refuses tilings that would leave indices of a rank uncomputed; a placement shared by tilings lowers
+what a fresh lowering does."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.parse import open_cascade
-from mambalaya.schedule import ScheduleError, lower_mapping
+from mambalaya.schedule import Lowerer, Policy, ScheduleError, lower_mapping
 
 FRONT = ("XBC0", "DT0", "XBC1", "XBC", "DT", "A", "DA", "XDT", "CSF")
 
@@ -63,3 +66,50 @@ def test_tilings_that_would_leave_rows_uncomputed_are_refused() -> None:
         got = execute(c, lower_mapping(c, _with_group(c, group, tiles), "h200"), inputs, "python", "float64").outputs
         for name in got:
             assert np.allclose(got[name], want[name], rtol=1e-12, atol=1e-12), (tiles, name)
+
+
+PLACED = {name: open_cascade(name) for name in ("mamba2", "mamba1", "attention")}
+# (heads in 2 groups: a tile of h below 4 runs the per-group members outside its loop, a tile of 4 as its pieces)
+PLACED["grouped"] = open_cascade("mamba2", params={**GROUPED, "seqlen": 16})
+WARM = {name: Lowerer(c) for name, c in PLACED.items()}  # placements kept across examples
+
+
+def admitted(size: int) -> list[int]:
+    return sorted({d for d in range(1, size) if size % d == 0} | {1 << k for k in range(size.bit_length()) if 1 << k < size})
+
+
+@st.composite
+def tiled_groups(draw):
+    """A legal run of a shipped cascade's Einsums, some of its tileable loops tiled at any size."""
+    name = draw(st.sampled_from(sorted(PLACED)))
+    c, an = PLACED[name], WARM[name].analysis
+    names = c.einsum_names
+    start = draw(st.integers(0, len(names) - 1))
+    members = tuple(names[start:start + draw(st.integers(1, 8))])
+    cg = an.analyze(list(members))
+    assume(cg.legal)
+    tileable = [r.name for r in cg.loops.ranks if r.tiled and c.rank_size(r.name) > 1]
+    tiled = draw(st.lists(st.sampled_from(tileable), unique=True, max_size=3)) if tileable else []
+    # (mostly the sizes a mapper admits, divisors and powers of two, which align with a rank's pieces)
+    sizes = [{r: draw(st.one_of(st.sampled_from(admitted(c.rank_size(r))), st.integers(1, c.rank_size(r) - 1)))
+              for r in tiled} for _ in range(2)]
+    stored = frozenset(draw(st.lists(st.sampled_from(members), unique=True, min_size=1)))
+    return name, FusionGroup(members, tiles=sizes[0]), FusionGroup(members, tiles=sizes[1]), stored
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=tiled_groups(), gpu=st.booleans(), capacity=st.sampled_from([None, 512, 1 << 16]))
+def test_a_placement_shared_by_tilings_lowers_what_a_fresh_lowering_does(case, gpu, capacity) -> None:
+    """A group's placement (steps 1-3 of the lowering) is kept per set of tiled loops and reused at every other
+    size of their tiles: what it lowers must equal a lowering from nothing (a fresh :class:`Lowerer`)."""
+    name, group, before, stored = case
+    policy = Policy(gpu=gpu)
+
+    def lowered(lw: Lowerer, g: FusionGroup):
+        try:
+            return lw.group(g, stored, policy, 0, capacity), lw.occupancy(g, stored, policy)
+        except ScheduleError as err:
+            return str(err)
+
+    lowered(WARM[name], before)  # (the same loops at other tiles, placed first)
+    assert lowered(WARM[name], group) == lowered(Lowerer(PLACED[name]), group)
