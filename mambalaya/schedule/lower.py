@@ -90,6 +90,7 @@ class Forms:
     _inline: dict = field(default_factory=dict)
     #: a group's placement by what decides it (:meth:`_Lowering.placed`): every tiling of the same loops shares it
     placements: OrderedDict = field(default_factory=OrderedDict)
+    members: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> what :func:`_members` finds
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -239,6 +240,29 @@ class _Placed:
     fns: dict = field(default_factory=dict)  # each box compiled against these ranges, each output's box
 
 
+def _members(cascade: Cascade, group: FusionGroup, forms: Forms, stored: frozenset[str]) -> tuple:
+    """What a group's members read of each other (every tiling of it asks): its members in cascade order, the
+    point-wise ones inlined into their readers, the others (live), each live member's effective reads, readers
+    and producers in the group. Read-only."""
+    order = {n: i for i, n in enumerate(cascade.einsum_names)}
+    members = sorted({*group.einsums, *group.recompute}, key=order.__getitem__)
+    cands = [m for m in members if m not in stored and pointwise(cascade.einsum(m))]
+    inline = forms.inline(members, cands)
+    inline_set = frozenset(inline)
+    live = [m for m in members if m not in inline_set]
+    live_set = frozenset(live)
+    #: per live member: (index, effective read, its forms)
+    reads = {n: tuple((i, er, f) for i, (er, f) in enumerate(forms.effective(n, inline_set))) for n in live}
+    readers: dict[str, list[str]] = {n: [] for n in live}
+    for n in live:
+        for _, er, _ in reads[n]:
+            t = er.tensor
+            if t in live_set and t != n and n not in readers[t]:
+                readers[t].append(n)
+    deps = {n: {er.tensor for _, er, _ in reads[n] if er.tensor in live_set and er.tensor != n} for n in live}
+    return members, frozenset(members), inline, inline_set, live, live_set, reads, readers, deps
+
+
 class _DeadLoop(Exception):
     """No member inside the enclosing loops iterates this tiled loop: its tile changes nothing."""
 
@@ -258,27 +282,14 @@ class _Lowering:
         self.forms = forms
         self.policy = policy
         self.index = index
-        order = {n: i for i, n in enumerate(cascade.einsum_names)}
-        self.members = sorted({*group.einsums, *group.recompute}, key=order.__getitem__)
-        self.produced = frozenset(self.members)
         self.stored = stored
         self.notes: list[str] = []
-        cands = [m for m in self.members if m not in stored and pointwise(cascade.einsum(m))]
-        self.inline = forms.inline(self.members, cands)
-        inline = frozenset(self.inline)
-        self.inline_set = inline
-        self.live = [m for m in self.members if m not in inline]
-        self.live_set = frozenset(self.live)
-        #: per live member: (index, effective read, its forms)
-        self.reads = {n: tuple((i, er, f) for i, (er, f) in enumerate(forms.effective(n, inline))) for n in self.live}
-        self.readers: dict[str, list[str]] = {n: [] for n in self.live}
-        for n in self.live:
-            for _, er, _ in self.reads[n]:
-                t = er.tensor
-                if t in self.live_set and t != n and n not in self.readers[t]:
-                    self.readers[t].append(n)
-        self.deps = {n: {er.tensor for _, er, _ in self.reads[n] if er.tensor in self.live_set and er.tensor != n}
-                     for n in self.live}
+        key = (group.einsums, group.recompute, stored)
+        got = forms.members.get(key)
+        if got is None:
+            got = forms.members[key] = _members(cascade, group, forms, stored)
+        (self.members, self.produced, self.inline, self.inline_set, self.live, self.live_set, self.reads,
+         self.readers, self.deps) = got
         self.scans: dict[str, list[str]] = {}  # a fused recurrence -> the readers it computes step by step
 
     # ---- 1. loops and ranges ---------------------------------------------------------
@@ -593,18 +604,20 @@ class _Lowering:
         return _Builder(self, loops, ms, tree, wins).build()
 
     def piece_signature(self, loops: list[Loop]) -> tuple:
-        """How each tiled loop's tile meets the pieces of its rank (``h = x // 16``): whether it is a multiple or a
-        divisor of each piece's period, and finer than its divisor. What steps 1-3 read of the tiles' sizes."""
+        """What steps 1-3 read of the tiles' sizes: for each piece of a tiled loop's rank (``g = h // 4``), whether
+        the tile is a coarser piece's divisor (then the piece's members run outside the loop, :meth:`ranges`) and
+        whether it aligns with the piece (else the tiling is refused, :meth:`_check_tiling`)."""
         index = {lp.rank: lp.tile for lp in loops}
-        out = []
+        out = set()
         for b in self.model.bindings.values():
-            for child, (_, div, mod) in b.pieces:
-                if b.loop in index or child in index:
-                    for t in (index.get(b.loop), index.get(child)):
-                        if t is not None:
-                            period = div * (mod or 1)
-                            out.append((t % div == 0, div % t == 0, div > t, t % period == 0, period % t == 0))
-        return tuple(out)
+            t = index.get(b.loop)
+            if t is None:
+                continue
+            for _, (_, div, mod) in b.pieces:
+                period = div * (mod or 1)
+                out.add((b.loop, div, mod, mod is None and div % t == 0 and div > t,
+                         t % div == 0 and (mod is None or t % period == 0 or period % t == 0)))
+        return tuple(sorted(out, key=repr))
 
     def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
         """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
@@ -862,13 +875,18 @@ class _Builder:
         return out
 
     def _axes(self, st: _Stream) -> tuple[AxisBox, ...]:
-        out = []
-        for i, size in enumerate(self.c.shape(st.tensor)):
-            reads = tuple((forms[i], mb) for mb, _, forms in st.reads)
-            moves = frozenset(j for f, mb in reads for r in f.ranks
-                              if (j := self.ms[mb].ranges[r].loop) is not None and j < st.depth)
-            out.append(AxisBox(size, reads, moves))
-        return tuple(out)
+        """The stream's box, per axis (kept with the placement: its reads and depth decide it)."""
+        key = (st.tensor, st.init_of, st.depth, tuple((mb, k) for mb, k, _ in st.reads))
+        got = self.fns.get(key)
+        if got is None:
+            out = []
+            for i, size in enumerate(self.c.shape(st.tensor)):
+                reads = tuple((forms[i], mb) for mb, _, forms in st.reads)
+                moves = frozenset(j for f, mb in reads for r in f.ranks
+                                  if (j := self.ms[mb].ranges[r].loop) is not None and j < st.depth)
+                out.append(AxisBox(size, reads, moves))
+            got = self.fns[key] = tuple(out)
+        return got
 
     def _size_stream(self, st: _Stream, totals: bool = True) -> None:
         """The stream's box, whether it slides, its buffer's axes and (``totals``) its elements over the group."""

@@ -113,3 +113,21 @@ def test_a_placement_shared_by_tilings_lowers_what_a_fresh_lowering_does(case, g
 
     lowered(WARM[name], before)  # (the same loops at other tiles, placed first)
     assert lowered(WARM[name], group) == lowered(Lowerer(PLACED[name]), group)
+
+
+def test_a_placement_is_not_shared_with_a_tile_its_pieces_refuse() -> None:
+    """Under tiles of heads h, the members indexed by the head's group ``g = h // 4`` follow h as its pieces: a
+    tile of 4 aligns with them, 3 does not (refused), 2 runs them outside the loop, once. One placement per
+    outcome, whatever was lowered before."""
+    c = PLACED["grouped"]
+    members = ("DT", "A", "DA", "XDT", "ACS", "LM", "CB", "YD")
+    lw = Lowerer(c)
+
+    def lower(t: int):
+        return lw.group(FusionGroup(members, tiles={"h": t}), frozenset(members), Policy(), 0, None)
+
+    four = lower(4)
+    with pytest.raises(ScheduleError, match="does not align"):
+        lower(3)
+    assert lower(2).members == four.members
+    assert lower(4) == four
