@@ -1,6 +1,6 @@
 """Side by side with AccelForge: its mapper and ours on the same Mamba decode step, same machine, one run.
 
-AccelForge (PyPI ``accelforge``, Python >= 3.12) is the closest peer (REFERENCE.md). Its bundled
+AccelForge (PyPI ``accelforge``, Python >= 3.12) is the closest peer. Its bundled
 workload ``examples/workloads/mamba.yaml`` is one Mamba-1 selective-SSM decode step (12 Einsums,
 d_inner D = 4096, d_state N = 128, dt_rank R = 128, batch 1, 8-bit values), which we map on its
 bundled ``examples/arches/tpu_v4i.yaml``. On our side, with ``benchmarks/archs/tpu_v4i.yaml`` (the

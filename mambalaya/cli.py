@@ -1,4 +1,4 @@
-"""The ``mambalaya`` command line (DESIGN.md section 8).
+"""The ``mambalaya`` command line (the interface contract: every command, its options, its JSON).
 
 Every subcommand turns user mistakes (a :class:`MambalayaError`) into one line
 on stderr and exit code 2; a failed check exits 1; success exits 0. ``--json``

@@ -220,7 +220,7 @@ def test_mamba2_gated_mlp_part_is_named(tmp_path: Path, m2: H.Mamba2Mixer) -> No
 
 # --------------------------------------------------------------------------- configs
 
-MAMBA1_SIZES = {  # REFERENCE.md: name -> (d_model, layers)
+MAMBA1_SIZES = {  # the published configs: name -> (d_model, layers)
     "mamba-130m": (768, 24),
     "mamba-370m": (1024, 48),
     "mamba-790m": (1536, 48),

@@ -1,4 +1,4 @@
-"""The analyzer: fusion class of every edge, legal fusion groups and their buffer needs (DESIGN section 3).
+"""The analyzer: fusion class of every edge, legal fusion groups and their buffer needs.
 
 Modules, one concept each: ``matching`` (ranks matched through a tensor, splits and
 halos), ``edges`` (per-edge fusion class), ``kinds`` (Einsum kinds, iterative

@@ -1,4 +1,4 @@
-"""Fusion class of every producer -> tensor -> consumer edge (DESIGN section 3).
+"""Fusion class of every producer -> tensor -> consumer edge.
 
 The iteration spaces of producer P and consumer C are compared through the
 tensor T (see :mod:`mambalaya.analysis.matching` for how ranks are matched by
@@ -87,7 +87,7 @@ class Edge:
         return self.halos[0] if self.halos else None
 
     def to_dict(self) -> dict:
-        """The JSON form (DESIGN section 8: producer, consumer, tensor, class, iterative, halo, ...)."""
+        """The JSON form (the JSON contract: producer, consumer, tensor, class, iterative, halo, ...)."""
         return {
             "producer": self.producer,
             "consumer": self.consumer,

@@ -1,6 +1,6 @@
 """Matching ranks through a tensor: how a consumer indexes each position its producer writes.
 
-DESIGN section 3 matches ranks *by position in the tensor*: the producer writes
+The fusion classes match ranks *by position in the tensor*: the producer writes
 ``T`` with plain ranks (its output indices), so position ``j`` of ``T`` is the
 producer's rank ``p_j``; the consumer indexes the same position with an index
 expression. The rules, per position and per read of ``T``:

@@ -4,7 +4,7 @@ This is what ``mambalaya analyze`` prints and what the mapper consumes. Groups
 are enumerated with :func:`mambalaya.analysis.candidates.candidate_groups`
 (connected, convex, at most ``max_group_size`` Einsums, smallest first) and
 each is checked by :class:`mambalaya.analysis.groups.GroupAnalyzer`;
-``to_json`` gives the contract of DESIGN section 8 (``analyze --json``).
+``to_json`` gives the contract (``analyze --json``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Analysis:
         return next((g for g in self.groups if set(g.einsums) == key), None)
 
     def to_json(self, include_groups: bool = False) -> dict:
-        """The ``analyze --json`` object (DESIGN section 8), plus candidate counts and timing."""
+        """The ``analyze --json`` object, plus candidate counts and timing."""
         c = self.cascade
         out = {
             "cascade": c.name,

@@ -1,4 +1,4 @@
-"""Stage ``cost``: traffic, op counts and roofline latency of a mapping's schedule (DESIGN.md section 4).
+"""Stage ``cost``: traffic, op counts and roofline latency of a mapping's schedule.
 
 Modules, in the order a cost is built:
 

@@ -2,7 +2,7 @@
 
 A thin adapter so the cost model and the greedy heuristic depend on a few
 names of :mod:`mambalaya.analysis.groups` only; the analysis owns the rules
-(DESIGN.md section 3). Loop names of the analysis may carry primes (``q'``, a
+(the fusion classes, :mod:`mambalaya.analysis`). Loop names of the analysis may carry primes (``q'``, a
 second loop over a rank called ``q``); mappings name plain cascade ranks, so
 :func:`plain_loop_order` strips them.
 """

@@ -1,6 +1,6 @@
 """What ``mambalaya map`` prints: a mapping's cost next to the unfused baseline.
 
-``map_report`` returns the JSON object of DESIGN.md section 8 (``arch``,
+``map_report`` returns the ``map --json`` object (``arch``,
 ``objective``, ``groups``, ``traffic_bytes``, ``latency_s``, ``optimal``,
 ``solve_s``, ``unfused``, ``einsums``); ``format_map_report`` renders the same
 dict as rich tables for a terminal.

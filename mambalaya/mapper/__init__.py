@@ -1,4 +1,4 @@
-"""Stage ``mapper``: the exact fusion mapper (DESIGN.md section 6).
+"""Stage ``mapper``: the exact fusion mapper.
 
 ``optimal_mapping(cascade, arch)`` enumerates legal candidate groups with their
 best tiling (:mod:`.space`), then picks the exact cover of the Einsums that
@@ -374,7 +374,7 @@ def _periodic_bound(problem: Problem, columns: list[int], costs: tuple[int, ...]
 def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                        layers: int = 1, mapping_file: str | Path | None = None,
                        time_limit_s: float | None = None, recompute: bool = False) -> dict[str, Any]:
-    """The ``mambalaya map --json`` object (DESIGN.md section 8), built on the cost package's report.
+    """The ``mambalaya map --json`` object (the command-line contract), built on the cost package's report.
 
     With ``mapping_file`` the file's mapping is evaluated instead of optimised (``optimal`` false).
     """

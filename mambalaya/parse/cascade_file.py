@@ -2,7 +2,7 @@
 
 YAML is read with the safe loader and composed node by node so that every
 error can name the file and line; duplicate keys (which PyYAML silently
-overwrites) are errors. The core keys are fixed by DESIGN.md section 1:
+overwrites) are errors. The core keys are fixed (README, "The language"):
 ``name``, ``params``, ``ranks``, ``tensors``, ``einsums``. Extensions:
 ``derived`` (named size expressions over params), ``description``, and
 ``config`` (how a Hugging Face config's fields map to params).

@@ -20,7 +20,7 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.mapper import MapResult, optimal_mapping
 from mambalaya.report.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_ratio, fmt_time
 
-#: The per-Einsum table's columns (the contract's, DESIGN.md section 8), CSV names.
+#: The per-Einsum table's columns (the ``map --json`` contract's), CSV names.
 EINSUM_COLUMNS = (
     "einsum", "group", "traffic_bytes", "memory_s", "compute_s", "latency_s", "compute_util", "memory_util",
     "intensity", "bound", "flops",

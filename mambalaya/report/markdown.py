@@ -60,7 +60,7 @@ def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
         "## Fusion classes",
         "",
         "RI rank-isomorphic, RSb only the producer has private ranks, RSp only the consumer has, "
-        "RD both have (DESIGN.md section 3).",
+        "RD both have.",
         "",
         md_table(edges_table(s)),
         "",

@@ -1,6 +1,6 @@
 """Stage ``schedule``: every fusion group of a mapping lowered once to a typed loop nest.
 
-What the cost model prices, the mapper searches and both backends print (DESIGN section 7):
+What the cost model prices, the mapper searches and both backends print:
 ``lower_mapping(cascade, mapping, arch)`` gives a :class:`Schedule` whose groups are
 :class:`GroupSchedule` s (tile loops with roles, buffers with sizes and arena offsets, and the
 statement tree of loads, computes, stores and window shifts). The modules, in lowering order:

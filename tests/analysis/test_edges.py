@@ -1,4 +1,4 @@
-"""Fusion class of every producer -> tensor -> consumer edge, checked by hand (DESIGN section 3)."""
+"""Fusion class of every producer -> tensor -> consumer edge, checked by hand."""
 
 from __future__ import annotations
 

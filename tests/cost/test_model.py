@@ -1,4 +1,4 @@
-"""The report objects and the ``map`` JSON contract (DESIGN.md section 8)."""
+"""The report objects and the ``map`` JSON contract."""
 
 from __future__ import annotations
 
