@@ -292,9 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute", action="store_true",
                    help="also search re-running cheap multi-consumer point-wise tensors instead of writing them "
                         "(one layer)")
-    p.add_argument("--method", default="ilp", choices=["ilp", "cpsat", "exhaustive", "layers"],
-                   help="ilp: exact cover as a MIP (OR-Tools SCIP; proves optimality; a chain of --layers goes to "
-                        "the layers solver by itself); cpsat: the same model in OR-Tools CP-SAT; exhaustive: "
+    p.add_argument("--method", default="ilp", choices=["ilp", "mip", "downsets", "cpsat", "exhaustive", "layers"],
+                   help="ilp: the exact cover, proven optimal: a shortest path over the cascade's downsets (sets of "
+                        "Einsums holding their producers), or a MIP (OR-Tools SCIP) where that does not apply; a "
+                        "chain of --layers goes to the layers solver by itself; mip, downsets: either alone; cpsat: the same model in OR-Tools CP-SAT; exhaustive: "
                         "brute force, for small cascades; layers: a chain of identical layers as a shortest path "
                         "over its boundaries (anything else falls back to ilp)")
     p.add_argument("--layers", type=int, default=1, help="chain N layers so cross-layer fusion is searched")

@@ -2,8 +2,8 @@
 
 ``optimal_mapping(cascade, arch)`` enumerates legal candidate groups with their
 best tiling (:mod:`.space`), then picks the exact cover of the Einsums that
-minimises the summed group cost (:mod:`.solver`: SCIP by default, CP-SAT on request,
-exhaustive search as the cross-check). A chain of layers (``layers > 1``) is first tried as the
+minimises the summed group cost (:mod:`.solver`: by default a shortest path over the cascade's downsets,
+SCIP where that does not apply, CP-SAT on request, exhaustive search as the cross-check). A chain of layers (``layers > 1``) is first tried as the
 one-layer optimum repeated (:func:`_by_layers`, proven by a bound), else solved exactly as a
 shortest path over its layer boundaries (:mod:`.layers`). ``map_command_result`` is the CLI's ``map --json``.
 
@@ -218,8 +218,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
                     max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
-    ``method``: a registered solver (``ilp`` = ``mip``, SCIP, the default; ``cpsat``; ``exhaustive``;
-    ``layers``); with ``ilp`` a chain of layers is solved exactly by :func:`_by_layers` or, when a group
+    ``method``: a registered solver (``ilp``, the default: the downset shortest path, else SCIP; ``mip``; ``downsets``;
+    ``cpsat``; ``exhaustive``; ``layers``); with ``ilp`` a chain of layers is solved exactly by :func:`_by_layers` or, when a group
     crossing layers pays, by the ``layers`` shortest path (:mod:`.layers`). ``max_size`` caps the
     Einsums per group (default: no cap up to 30 Einsums, else 24). ``layers > 1`` maps
     ``chain_layers(cascade, layers)`` with a space linear in layers (:func:`build_chain_space`: groups

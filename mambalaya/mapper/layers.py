@@ -279,7 +279,7 @@ def _shortest(chain: Chain, heads: list, tails: list, arc: tuple[np.ndarray, np.
 
 
 @register_solver("layers")
-def solve_layers(problem: Problem, time_limit_s: float | None = None, method: str = "mip") -> Solution:
+def solve_layers(problem: Problem, time_limit_s: float | None = None, method: str = "ilp") -> Solution:
     """A chain of identical layers by a shortest path over its boundaries (module docstring); any
     other problem, or one past its time limit, goes to the monolithic ``method``."""
     start = time.perf_counter()

@@ -4,7 +4,7 @@ Every backend has one signature, ``fn(problem, time_limit_s) -> Solution``, and
 registers under a name (like opt_einsum's path registry), so a new method (a MIP
 solver, a DP over layers) plugs in without touching the mapper:
 
-- ``mip`` (aliases ``ilp``, ``scip``; the default): SCIP through OR-Tools, same model and cuts
+- ``mip`` (alias ``scip``): SCIP through OR-Tools, same model and cuts
   (see :func:`solve_mip` for why it is the default).
 - ``cpsat``: OR-Tools CP-SAT. Why CP-SAT: the model is a
   pure set partition (one boolean per candidate, one ``sum == 1`` per Einsum) with a
@@ -17,6 +17,11 @@ solver, a DP over layers) plugs in without touching the mapper:
   order encoding with one integer position per Einsum.
 - ``layers`` (:mod:`.layers`): a chain of identical layers as an exact shortest path over its layer
   boundaries, one small ``mip`` per distinct layer subproblem; anything else goes to ``mip``.
+- ``downsets``: a shortest path over the cascade's downsets (sets of Einsums closed under their producers):
+  every schedulable cover, its groups in execution order, is a path from the empty set to all Einsums that adds
+  one group at a time, and every such path is one (:func:`solve_downsets`). Exact with no cuts and no LP; the
+  one-layer space's solver when its downsets are few (a Mamba-2 layer has 386) and the problem has no extra rows.
+- ``ilp`` (the default name): ``downsets`` where it applies, else ``mip``.
 - ``exhaustive``: depth-first enumeration of every partition into candidates (with a
   cost-bound prune, exact because costs are non-negative), for small cascades only;
   the cross-check of ``cpsat``.
@@ -45,6 +50,8 @@ from mambalaya.errors import MappingError
 
 #: CP-SAT search workers: its portfolio wants several, but more than the machine's cores only time-slice.
 WORKERS = max(1, min(8, os.cpu_count() or 1))
+#: The most downsets :func:`solve_downsets` walks; a problem with more goes to ``mip`` under ``ilp``.
+DOWNSETS_MAX = 100_000
 #: The largest cascade (in Einsums) ``exhaustive`` accepts.
 EXHAUSTIVE_MAX_EINSUMS = 40
 
@@ -85,7 +92,7 @@ class Solution:
 
 Backend = Callable[[Problem, float | None], Solution]
 SOLVERS: dict[str, Backend] = {}
-ALIASES = {"ilp": "mip", "scip": "mip", "cp-sat": "cpsat", "brute": "exhaustive"}
+ALIASES = {"scip": "mip", "cp-sat": "cpsat", "brute": "exhaustive"}
 
 
 def register_solver(name: str) -> Callable[[Backend], Backend]:
@@ -403,3 +410,93 @@ def solve_exhaustive(problem: Problem, time_limit_s: float | None = None) -> Sol
         raise MappingError("no schedulable partition into legal fusion groups exists")
     (obj, sec), chosen = best
     return Solution(chosen, obj, True, obj, "exhaustive", 0, stats["nodes"], sec)
+
+
+class TooManyDownsets(MappingError):
+    """The problem has more downsets than :data:`DOWNSETS_MAX` (``ilp`` then solves it with ``mip``)."""
+
+
+@register_solver("downsets")
+def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solution:
+    """The lexicographic optimum as a shortest path over downsets, exact.
+
+    A downset is a set of Einsums that holds every producer of its members. A candidate ``g`` extends a downset
+    ``D`` when it is disjoint from it and every producer of a member of ``g`` outside ``g`` is in ``D``; then
+    ``D | g`` is a downset. A cover whose quotient graph is acyclic, its groups in a topological order, is a path
+    from the empty set to all Einsums by such steps (each group's outside producers are in earlier groups); and the
+    groups of any such path form a schedulable cover (an edge between two of them runs from the earlier one). So the
+    least (objective, secondary) path is the optimum over exactly the covers ``mip`` and ``exhaustive`` search;
+    costs are non-negative integers, compared as pairs. Downsets are visited by size (a step adds at least one
+    Einsum), so each is final when reached. Problems with a budget or conflict rows are not for it.
+    """
+    if problem.budget is not None or problem.conflicts:
+        raise MappingError("method 'downsets' takes no budget or conflict rows: use 'mip'")
+    pos = {e: i for i, e in enumerate(problem.einsums)}
+    pred = [0] * len(pos)
+    for u, v in problem.edges:
+        pred[pos[v]] |= 1 << pos[u]
+    masks, outside = [], []
+    for g in problem.groups:
+        m = 0
+        for e in g:
+            m |= 1 << pos[e]
+        p = 0
+        for e in g:
+            p |= pred[pos[e]]
+        masks.append(m)
+        outside.append(p & ~m)
+    covered = 0
+    for m in masks:
+        covered |= m
+    full = (1 << len(pos)) - 1
+    if covered != full:
+        missing = next(e for e, i in pos.items() if not covered >> i & 1)
+        raise MappingError(f"no candidate group contains Einsum {missing}")
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    # best[D] = ((objective, secondary), last candidate, previous downset), visited in order of size
+    best: dict[int, tuple[tuple[int, int], int, int]] = {0: ((0, 0), -1, -1)}
+    by_size: list[list[int]] = [[] for _ in range(len(pos) + 1)]
+    by_size[0].append(0)
+    order = sorted(range(len(masks)), key=lambda i: (problem.costs[i], problem.second(i)))
+    visited = 0
+    for size in range(len(pos)):
+        for d in by_size[size]:
+            visited += 1
+            if visited > DOWNSETS_MAX:
+                raise TooManyDownsets(f"more than {DOWNSETS_MAX} downsets: use method 'mip'")
+            if deadline is not None and visited % 256 == 0 and time.perf_counter() > deadline:
+                raise MappingError(f"method 'downsets' exceeded its {time_limit_s} s limit")
+            (c0, c1), _, _ = best[d]
+            free = ~d
+            for i in order:
+                if masks[i] & d or outside[i] & free:
+                    continue
+                nd = d | masks[i]
+                cost = (c0 + problem.costs[i], c1 + problem.second(i))
+                got = best.get(nd)
+                if got is None:
+                    by_size[nd.bit_count()].append(nd)
+                    best[nd] = (cost, i, d)
+                elif cost < got[0]:
+                    best[nd] = (cost, i, d)
+    if full not in best:
+        raise MappingError("no schedulable partition into legal fusion groups exists")
+    (obj, sec), _, _ = best[full]
+    chosen, d = [], full
+    while d:
+        _, i, d = best[d]
+        chosen.append(i)
+    return Solution(tuple(reversed(chosen)), obj, True, obj, "downsets", 0, visited, sec)
+
+
+@register_solver("ilp")
+def solve_ilp(problem: Problem, time_limit_s: float | None = None) -> Solution:
+    """The exact optimiser: :func:`solve_downsets` when the problem has no extra rows and few enough downsets,
+    else :func:`solve_mip`."""
+    if problem.budget is None and not problem.conflicts:
+        try:
+            return solve_downsets(problem, time_limit_s)
+        except TooManyDownsets:
+            pass
+    return solve_mip(problem, time_limit_s)
+

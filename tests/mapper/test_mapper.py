@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from mambalaya.errors import MappingError
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.ir.chain import chain_layers
 from mambalaya.mapper import map_command_result, optimal_mapping
-from mambalaya.mapper.solver import Problem, Solution, solve
+from mambalaya.mapper.solver import Problem, Solution, quotient_cycle, solve
 from mambalaya.parse import open_cascade, parse_cascade_text
 
 SMALL = ["mlp2", "attention", "mamba1-decode", "mamba2-decode"]
@@ -98,9 +99,10 @@ def test_cyclic_cover_is_cut() -> None:
     # A->B, C->B, C->D, A->D: groups {A,D} and {B,C} are convex but schedule cyclically
     p = Problem(("A", "C", "B", "D"), (("A", "B"), ("C", "B"), ("C", "D"), ("A", "D")),
                 (("A",), ("B",), ("C",), ("D",), ("A", "D"), ("C", "B")), (10, 10, 10, 10, 1, 1))
-    for method in ("cpsat", "exhaustive"):
+    for method in ("cpsat", "exhaustive", "downsets", "ilp"):
         s = solve(p, method)
         assert s.objective == 21 and s.optimal  # one pair fused, the other split
+        assert quotient_cycle(p, s.chosen) is None
 
 
 @st.composite
@@ -127,11 +129,32 @@ def test_lexicographic_solvers_agree(problem: Problem) -> None:
     """Every backend: the least objective, then the least secondary among the covers that reach it
     (and at most one column of each conflict row, as recomputation adds)."""
     ex = solve(problem, "exhaustive")
-    for method in ("mip", "cpsat", "layers"):
+    for method in ("mip", "cpsat", "layers", "ilp", *(() if problem.conflicts else ("downsets",))):
         s = solve(problem, method)
         assert s.optimal and (s.objective, s.secondary) == (ex.objective, ex.secondary), method
+        assert s.objective == sum(problem.costs[i] for i in s.chosen), method
         assert s.secondary == sum(problem.secondary[i] for i in s.chosen)
         assert all(sum(i in s.chosen for i in row) <= 1 for row in problem.conflicts)
+        assert sorted(e for i in s.chosen for e in problem.groups[i]) == sorted(problem.einsums), method
+        assert quotient_cycle(problem, s.chosen) is None, method
+
+
+def test_downsets_hands_ilp_to_mip_past_its_limit(monkeypatch) -> None:
+    """``ilp`` is the downset path where it applies; a problem with more downsets than the limit, or with
+    conflict rows, is solved by SCIP, to the same optimum."""
+    from mambalaya.mapper import solver as backend
+
+    p = Problem(("A", "B", "C"), (("A", "C"),), (("A",), ("B",), ("C",), ("A", "C"), ("B", "C")), (5, 5, 5, 6, 7))
+    assert (s := solve(p, "ilp")).method == "downsets" and s.objective == 11 and s.nodes == 5  # {} A B AB AC
+    monkeypatch.setattr(backend, "DOWNSETS_MAX", 3)
+    with pytest.raises(backend.TooManyDownsets):
+        solve(p, "downsets")
+    assert (s := solve(p, "ilp")).method == "mip" and s.objective == 11
+    monkeypatch.undo()
+    rows = replace(p, conflicts=((3, 4),))
+    assert (s := solve(rows, "ilp")).method == "mip" and s.objective == 11
+    with pytest.raises(MappingError, match="no budget or conflict rows"):
+        solve(rows, "downsets")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
