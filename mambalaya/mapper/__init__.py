@@ -29,7 +29,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -44,8 +44,8 @@ from mambalaya.mapper.chain_space import DEFAULT_MAX_CROSS, build_chain_space
 from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
-from mambalaya.mapper.solver import SOLVERS, Problem, Solution, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, REFINE_BATCH, Candidate, Space, build_space, refine, shared_coster
+from mambalaya.mapper.solver import SOLVERS, Problem, Solution, cheapest_covers, register_solver, schedule, solve
+from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space, refine, shared_coster
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,6 +79,8 @@ class MapResult:
     nodes: int = 0
     cuts: int = 0
     left_out: str | None = None  # what a size cap left out of the space (``optimal`` is false unless the caller chose it)
+    #: candidates left out unsearched, by the proof that left them out, and the group searches run
+    pruned: dict[str, int] = field(default_factory=dict)
 
     @property
     def groups(self) -> list[list[str]]:
@@ -228,9 +230,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     that left a group out makes ``optimal`` false, and ``left_out`` says what. ``recompute`` also searches recomputing
     cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
-    searched ones (:func:`~.space.build_space`; the same optimum); once the searched candidates show the bounds
-    loose (:data:`LAZY_MAX_GAP`), or the solves and searches have taken as long as searching the rest would (at the
-    searches' mean time), the space is built eagerly instead.
+    searched ones (:func:`~.space.build_space`; the same optimum), each round first dropping the candidates no
+    optimal cover can hold (:func:`prune_by_covers`); once the searched candidates show the bounds loose
+    (:data:`LAZY_MAX_GAP`), the space is built eagerly instead. ``pruned`` in the result counts what was left
+    out unsearched, by which proof.
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -251,7 +254,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     space_s = time.perf_counter() - start
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
-    lazy_start, search_s, searched, solves, gaps = time.perf_counter(), 0.0, 0, 0, []
+    gaps: list[float] = []
+    pruned = 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
             raise explain_infeasible(space)  # (also once a refinement drops the last group a bound said fits)
@@ -263,20 +267,11 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         picked = [cands[i] for i in sol.chosen]
         if all(c.exact for c in picked):
             break
-        inexact = sum(not c.exact for c in space.candidates)
-        rest_s = inexact * search_s / searched if searched else math.inf
-        solves += 1
-        loose = bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP
-        if not loose and time.perf_counter() - lazy_start < rest_s:  # (ski rental: at most twice the eager space's time)
-            t = time.perf_counter()
-            # search about as long as a solve takes (a large space's solves cost more than small batches' searches)
-            per_solve_s = (t - lazy_start - search_s) / solves
-            gaps += refine(space, picked,
-                           max(REFINE_BATCH, round(per_solve_s * searched / search_s)) if search_s else REFINE_BATCH)
-            search_s += time.perf_counter() - t
-            searched += inexact - sum(not c.exact for c in space.candidates)  # searched: costed or dropped
-        else:  # the bounds are loose, or the solves have cost what searching the rest would: the eager space
+        if bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP:  # the bounds are loose: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster)
+            continue
+        pruned += prune_by_covers(space, problem, cands)
+        gaps += refine(space, picked)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
@@ -285,7 +280,32 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     proven = sol.optimal and (space.left_out is None or caller_capped)
     return MapResult(mapping, report, proven, sol.gap, solve_s, len(cands),
                      sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
-                     space.left_out)
+                     space.left_out, {"by_cover_bound": pruned, "dominated_by_split": space.dominated,
+                                      "searched": space.coster.searched if space.coster is not None else 0})
+
+
+def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> int:
+    """Drop from a lazy space the candidates (still lower bounds) that no optimal cover holds, unsearched: the
+    cheapest cover holding one, at the bounds (:func:`~.solver.cheapest_covers`), costs more than a cover of
+    searched candidates alone, whose cost is real. Exact: a bound is at most its group's cost at any tiling. Returns
+    how many were dropped (none where the problem is not for the downset walk: conflict rows, too many downsets)."""
+    exact = [i for i, c in enumerate(cands) if c.exact]
+    sub = Problem(problem.einsums, problem.edges, tuple(problem.groups[i] for i in exact),
+                  tuple(problem.costs[i] for i in exact))
+    try:
+        real, _ = cheapest_covers(sub)
+        _, through = cheapest_covers(replace(problem, secondary=()))
+    except MappingError:  # (a search dropped the last searched group of some Einsum, too many downsets, rows)
+        return 0
+    if real is None:
+        return 0
+    # units are rounded part by part (:func:`_units`): a bound may pass its group's real figure by a few units
+    slack = 4 * len(problem.einsums)
+    gone = {cands[i].einsums for i, t in enumerate(through)
+            if not cands[i].exact and (t is None or t > real + slack)}
+    space.candidates = [c for c in space.candidates if c.exact or c.einsums not in gone]
+    return len(gone)
+
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
@@ -394,7 +414,8 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
         cascade = chain_layers(cascade, layers) if layers > 1 else cascade
         out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
                          solve_s=res.solve_s, method=res.method, ctx=ctx)
-        out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution})
+        out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution,
+                    "pruned": res.pruned})
         if res.left_out:
             out["left_out"] = res.left_out
     out["layers"] = layers
@@ -418,6 +439,7 @@ __all__ = [
     "explain_infeasible",
     "map_command_result",
     "optimal_mapping",
+    "prune_by_covers",
     "register_solver",
     "solve",
     "solve_layers",

@@ -416,6 +416,60 @@ class TooManyDownsets(MappingError):
     """The problem has more downsets than :data:`DOWNSETS_MAX` (``ilp`` then solves it with ``mip``)."""
 
 
+class _Downsets:
+    """A problem's candidates as bit masks over its Einsums, and its downsets walked by size (each reached
+    before any step leaves it: a step adds at least one Einsum)."""
+
+    def __init__(self, problem: Problem) -> None:
+        if problem.budget is not None or problem.conflicts:
+            raise MappingError("method 'downsets' takes no budget or conflict rows: use 'mip'")
+        self.problem = problem
+        pos = {e: i for i, e in enumerate(problem.einsums)}
+        pred = [0] * len(pos)
+        for u, v in problem.edges:
+            pred[pos[v]] |= 1 << pos[u]
+        self.masks, self.outside = [], []
+        covered = 0
+        for g in problem.groups:
+            m = p = 0
+            for e in g:
+                m |= 1 << pos[e]
+                p |= pred[pos[e]]
+            self.masks.append(m)
+            self.outside.append(p & ~m)  # its producers outside it: the downset must hold them
+            covered |= m
+        self.n, self.full = len(pos), (1 << len(pos)) - 1
+        if covered != self.full:
+            missing = next(e for e, i in pos.items() if not covered >> i & 1)
+            raise MappingError(f"no candidate group contains Einsum {missing}")
+        self.visited = 0
+
+    def walk(self, time_limit_s: float | None = None):
+        """Yield ``(downset, step)`` for every step from every downset, smaller downsets first; a downset's steps
+        come after every step into it. Raises :class:`TooManyDownsets` past :data:`DOWNSETS_MAX`."""
+        deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        by_size: list[list[int]] = [[] for _ in range(self.n + 1)]
+        by_size[0].append(0)
+        seen = {0}
+        masks, outside = self.masks, self.outside
+        for size in range(self.n):
+            for d in by_size[size]:
+                self.visited += 1
+                if self.visited > DOWNSETS_MAX:
+                    raise TooManyDownsets(f"more than {DOWNSETS_MAX} downsets: use method 'mip'")
+                if deadline is not None and self.visited % 256 == 0 and time.perf_counter() > deadline:
+                    raise MappingError(f"method 'downsets' exceeded its {time_limit_s} s limit")
+                free = ~d
+                for i, m in enumerate(masks):
+                    if m & d or outside[i] & free:
+                        continue
+                    nd = d | m
+                    if nd not in seen:
+                        seen.add(nd)
+                        by_size[nd.bit_count()].append(nd)
+                    yield d, i
+
+
 @register_solver("downsets")
 def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solution:
     """The lexicographic optimum as a shortest path over downsets, exact.
@@ -426,67 +480,54 @@ def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solut
     from the empty set to all Einsums by such steps (each group's outside producers are in earlier groups); and the
     groups of any such path form a schedulable cover (an edge between two of them runs from the earlier one). So the
     least (objective, secondary) path is the optimum over exactly the covers ``mip`` and ``exhaustive`` search;
-    costs are non-negative integers, compared as pairs. Downsets are visited by size (a step adds at least one
-    Einsum), so each is final when reached. Problems with a budget or conflict rows are not for it.
+    costs are non-negative integers, compared as pairs. Problems with a budget or conflict rows are not for it.
     """
-    if problem.budget is not None or problem.conflicts:
-        raise MappingError("method 'downsets' takes no budget or conflict rows: use 'mip'")
-    pos = {e: i for i, e in enumerate(problem.einsums)}
-    pred = [0] * len(pos)
-    for u, v in problem.edges:
-        pred[pos[v]] |= 1 << pos[u]
-    masks, outside = [], []
-    for g in problem.groups:
-        m = 0
-        for e in g:
-            m |= 1 << pos[e]
-        p = 0
-        for e in g:
-            p |= pred[pos[e]]
-        masks.append(m)
-        outside.append(p & ~m)
-    covered = 0
-    for m in masks:
-        covered |= m
-    full = (1 << len(pos)) - 1
-    if covered != full:
-        missing = next(e for e, i in pos.items() if not covered >> i & 1)
-        raise MappingError(f"no candidate group contains Einsum {missing}")
-    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    # best[D] = ((objective, secondary), last candidate, previous downset), visited in order of size
+    ds = _Downsets(problem)
+    # best[D] = ((objective, secondary), last candidate, previous downset)
     best: dict[int, tuple[tuple[int, int], int, int]] = {0: ((0, 0), -1, -1)}
-    by_size: list[list[int]] = [[] for _ in range(len(pos) + 1)]
-    by_size[0].append(0)
-    order = sorted(range(len(masks)), key=lambda i: (problem.costs[i], problem.second(i)))
-    visited = 0
-    for size in range(len(pos)):
-        for d in by_size[size]:
-            visited += 1
-            if visited > DOWNSETS_MAX:
-                raise TooManyDownsets(f"more than {DOWNSETS_MAX} downsets: use method 'mip'")
-            if deadline is not None and visited % 256 == 0 and time.perf_counter() > deadline:
-                raise MappingError(f"method 'downsets' exceeded its {time_limit_s} s limit")
-            (c0, c1), _, _ = best[d]
-            free = ~d
-            for i in order:
-                if masks[i] & d or outside[i] & free:
-                    continue
-                nd = d | masks[i]
-                cost = (c0 + problem.costs[i], c1 + problem.second(i))
-                got = best.get(nd)
-                if got is None:
-                    by_size[nd.bit_count()].append(nd)
-                    best[nd] = (cost, i, d)
-                elif cost < got[0]:
-                    best[nd] = (cost, i, d)
-    if full not in best:
+    for d, i in ds.walk(time_limit_s):
+        (c0, c1), _, _ = best[d]
+        nd = d | ds.masks[i]
+        cost = (c0 + problem.costs[i], c1 + problem.second(i))
+        got = best.get(nd)
+        if got is None or cost < got[0]:
+            best[nd] = (cost, i, d)
+    if ds.full not in best:
         raise MappingError("no schedulable partition into legal fusion groups exists")
-    (obj, sec), _, _ = best[full]
-    chosen, d = [], full
+    (obj, sec), _, _ = best[ds.full]
+    chosen, d = [], ds.full
     while d:
         _, i, d = best[d]
         chosen.append(i)
-    return Solution(tuple(reversed(chosen)), obj, True, obj, "downsets", 0, visited, sec)
+    return Solution(tuple(reversed(chosen)), obj, True, obj, "downsets", 0, ds.visited, sec)
+
+
+def cheapest_covers(problem: Problem) -> tuple[int | None, list[int | None]]:
+    """The least objective of any schedulable cover, and per candidate the least objective of one that holds it
+    (None: none does). With lower bounds for some costs, a candidate whose figure passes a cover's true cost is in
+    no optimal cover (what the lazy space prunes with). Forward and backward shortest paths over the downsets
+    (:func:`solve_downsets`)."""
+    ds = _Downsets(problem)
+    steps = list(ds.walk())
+    fwd = {0: 0}
+    for d, i in steps:
+        c = fwd[d] + problem.costs[i]
+        nd = d | ds.masks[i]
+        if c < fwd.get(nd, c + 1):
+            fwd[nd] = c
+    back = {ds.full: 0}
+    for d, i in reversed(steps):  # (a downset's steps come after every step into it: reversed, after every step out)
+        rest = back.get(d | ds.masks[i])
+        if rest is not None and problem.costs[i] + rest < back.get(d, problem.costs[i] + rest + 1):
+            back[d] = problem.costs[i] + rest
+    through: list[int | None] = [None] * len(problem.groups)
+    for d, i in steps:
+        rest = back.get(d | ds.masks[i])
+        if rest is not None:
+            t = fwd[d] + problem.costs[i] + rest
+            if through[i] is None or t < through[i]:
+                through[i] = t
+    return back.get(0), through
 
 
 @register_solver("ilp")

@@ -191,6 +191,7 @@ class Coster:
         self.layers = int(cascade.meta.get("layers", 1))
         self.shapes: dict[tuple, Choice | Rejected | Dominated] = {}
         self.evaluations = 0
+        self.searched = 0  # group tile searches run (bounds and cache hits not counted)
         self.dag = EinsumDag(cascade)
         self._order = {n: i for i, n in enumerate(cascade.einsum_names)}
         #: best[g]: the least (lexicographic) cost of covering g by candidates (its own or a split's); see :meth:`_split`
@@ -292,6 +293,7 @@ class Coster:
         return self.shapes[key]
 
     def _exact(self, members: tuple[str, ...]) -> Choice | Rejected:
+        self.searched += 1
         got = best_tiling(self.ctx, members, self.objective)
         return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
 
@@ -319,6 +321,7 @@ class Coster:
             b = bound.cost
             return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                              (float(b.traffic_bytes), b.latency_s), split)
+        self.searched += 1
         got = best_tiling(self.ctx, members, obj, give_up=dominated if len(members) > 1 else None)
         if not isinstance(got, Tiled):
             if got.bound is not None:

@@ -89,3 +89,45 @@ def test_a_cascade_mapped_again_reuses_its_searches(monkeypatch) -> None:
     assert searched == [] and again.objective_value == pytest.approx(first.objective_value, rel=1e-12)
     optimal_mapping(c, load_arch("imax3").with_overrides(fusion_buffer_bytes=4096), lazy=False)
     assert searched  # (another arch: searched anew)
+
+
+
+def test_a_bound_whose_cheapest_cover_costs_more_than_a_searched_cover_is_pruned() -> None:
+    """A -> B -> C, singletons searched at 10 each (a cover of 30): the bound AB at 25 is in no cover under 35, so
+    it goes unsearched; BC at 5 (a cover of 15) stays, and so do the searched ones."""
+    from types import SimpleNamespace
+
+    from mambalaya.ir.mapping import FusionGroup
+    from mambalaya.mapper import Candidate, prune_by_covers
+    from mambalaya.mapper.solver import Problem
+
+    def cand(g, cost, exact):
+        return Candidate(g, FusionGroup(g, ("i",)), 0, cost, 0, exact=exact)
+
+    cands = [cand(("A",), 10, True), cand(("B",), 10, True), cand(("C",), 10, True), cand(("A", "B"), 25, False),
+             cand(("B", "C"), 5, False)]
+    problem = Problem(("A", "B", "C"), (("A", "B"), ("B", "C")), tuple(c.einsums for c in cands),
+                      tuple(int(c.latency_s) * 1000 for c in cands))
+    space = SimpleNamespace(candidates=list(cands))
+    assert prune_by_covers(space, problem, cands) == 1
+    assert [c.einsums for c in space.candidates] == [("A",), ("B",), ("C",), ("B", "C")]
+
+
+@pytest.mark.slow
+def test_candidates_no_optimal_cover_holds_are_pruned_unsearched(monkeypatch) -> None:
+    """A published Mamba-2 on mambalaya: most bounds are pruned unsearched, and the optimum is the one found with
+    nothing pruned (the lazy loop the tests above hold to the eager space)."""
+    import mambalaya.mapper as mapper
+    from mambalaya.mapper.space import clear_shared
+    from mambalaya.parse import open_cascade
+
+    c = open_cascade("mamba2", model="mamba2-130m", params={"seqlen": 1024})
+    clear_shared()
+    lazy = optimal_mapping(c, "mambalaya", lazy=True)
+    assert lazy.pruned["by_cover_bound"] > 5 * lazy.pruned["searched"]
+    clear_shared()
+    monkeypatch.setattr(mapper, "prune_by_covers", lambda *a: 0)
+    unpruned = optimal_mapping(c, "mambalaya", lazy=True)
+    assert unpruned.pruned["by_cover_bound"] == 0
+    assert lazy.objective_value == pytest.approx(unpruned.objective_value, rel=1e-9, abs=1e-15)
+    assert lazy.report.latency_s == pytest.approx(unpruned.report.latency_s, rel=1e-9)

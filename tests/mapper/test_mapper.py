@@ -17,7 +17,7 @@ from mambalaya.errors import MappingError
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.ir.chain import chain_layers
 from mambalaya.mapper import map_command_result, optimal_mapping
-from mambalaya.mapper.solver import Problem, Solution, quotient_cycle, solve
+from mambalaya.mapper.solver import Problem, Solution, cheapest_covers, quotient_cycle, solve
 from mambalaya.parse import open_cascade, parse_cascade_text
 
 SMALL = ["mlp2", "attention", "mamba1-decode", "mamba2-decode"]
@@ -137,6 +137,34 @@ def test_lexicographic_solvers_agree(problem: Problem) -> None:
         assert all(sum(i in s.chosen for i in row) <= 1 for row in problem.conflicts)
         assert sorted(e for i in s.chosen for e in problem.groups[i]) == sorted(problem.einsums), method
         assert quotient_cycle(problem, s.chosen) is None, method
+
+
+def _covers(problem: Problem):
+    """Every schedulable cover of a small problem, by brute force (the first uncovered Einsum's groups in turn)."""
+    def rec(left: tuple[str, ...], chosen: tuple[int, ...]):
+        if not left:
+            if quotient_cycle(problem, chosen) is None:
+                yield chosen
+            return
+        for i, g in enumerate(problem.groups):
+            if left[0] in g and set(g) <= set(left):
+                yield from rec(tuple(e for e in left if e not in g), (*chosen, i))
+
+    yield from rec(problem.einsums, ())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems())
+def test_cheapest_covers_through_each_candidate(problem: Problem) -> None:
+    """What the lazy space prunes by: per candidate the least objective of a cover holding it, against every
+    cover."""
+    problem = replace(problem, conflicts=())
+    least, through = cheapest_covers(problem)
+    covers = list(_covers(problem))
+    assert least == min(sum(problem.costs[i] for i in c) for c in covers)
+    for i in range(len(problem.groups)):
+        holding = [sum(problem.costs[j] for j in c) for c in covers if i in c]
+        assert through[i] == (min(holding) if holding else None), problem.groups[i]
 
 
 def test_downsets_hands_ilp_to_mip_past_its_limit(monkeypatch) -> None:
