@@ -410,7 +410,7 @@ REFINE_BATCH = 16
 def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> list[float]:
     """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
     with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick). Returns, per
-    candidate searched, its cost over its bound (inf: dropped): how tight the space's bounds are."""
+    candidate searched and kept, its cost over its bound: how tight the space's bounds are."""
     todo = {c.einsums for c in picked if not c.exact}
     if not todo:
         return []
@@ -428,8 +428,7 @@ def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> 
             kept.append(new := _candidate(c.einsums, ch))
             bound = c.cost(space.objective)
             gaps.append(new.cost(space.objective) / bound if bound > 0 else 1.0)
-        else:
-            gaps.append(float("inf"))
+        # (a candidate no tiling fits is dropped: that says nothing of how close the bounds are to the costs)
     space.candidates = kept
     space.evaluations = coster.evaluations
     return gaps
