@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -396,5 +397,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+def entry() -> None:
+    """The console script: :func:`main`, then out of the process without tearing its heap down object by object
+    (a mapped layer leaves millions of small objects in the analysis caches: freeing them took 5 of the 19 s of
+    ``map mamba2 --arch cpu``). Every file a command writes is closed by then (atomic writes); the standard
+    streams are flushed here."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
