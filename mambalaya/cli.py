@@ -268,9 +268,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mambalaya import __version__
     from mambalaya.exec.backend import backend_names, describe_backends
 
     parser = _ArgumentParser(prog="mambalaya", description="Einsum-cascade fusion explorer and compiler")
+    parser.add_argument("--version", action="version", version=f"mambalaya {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     p = sub.add_parser("analyze", help="fusion class of every edge and the legal fusion groups")

@@ -14,7 +14,7 @@ def _map(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("method", ["cpsat", "layers"])
+@pytest.mark.parametrize("method", ["cpsat", "layers", "downsets"])
 def test_every_listed_method_reaches_the_same_optimum(capsys: pytest.CaptureFixture[str], method: str) -> None:
     """``--method layers`` is listed and, on a chain of layers, solves the space the MIP solves to the same optimum
     (neither called optimal: two 9-Einsum layers pass the default cap on groups crossing the boundary)."""
@@ -52,3 +52,12 @@ def test_map_output_file_keeps_tiles_and_loop_order(tmp_path, capsys) -> None:
     chosen = mapping_from_dict(json.loads(capsys.readouterr().out)["mapping"])
     assert any(g.tiles for g in chosen.groups)  # the 2 KiB buffer makes the mapper tile
     assert load_mapping(out).groups == chosen.groups
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mambalaya {version('mambalaya')}"
