@@ -238,8 +238,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     searched ones (:func:`~.space.build_space`; the same optimum), each round first dropping the candidates no
     optimal cover can hold (:func:`prune_by_covers`); once the searched candidates show the bounds loose
     (:data:`LAZY_MAX_GAP`), or the searches outrun the pruning (:data:`LAZY_SEARCH_BASE`), the space is built
-    eagerly instead. ``pruned`` in the result counts what was left
-    out unsearched, by which proof.
+    eagerly instead. ``pruned`` in the result counts what was left out unsearched, by which proof.
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -314,7 +313,6 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> i
             if not cands[i].exact and (t is None or t > real + slack)}
     space.candidates = [c for c in space.candidates if c.exact or c.einsums not in gone]
     return len(gone)
-
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
