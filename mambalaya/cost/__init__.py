@@ -7,6 +7,7 @@ Modules, in the order a cost is built:
 - :mod:`~mambalaya.cost.context`: per-(cascade, arch) caches; lowering a group through them
 - :mod:`~mambalaya.cost.price`: a schedule's traffic (its load and store statements) and ops
 - :mod:`~mambalaya.cost.model`: ``evaluate`` -> :class:`CostReport` (rows, totals, JSON, DataFrames)
+- :mod:`~mambalaya.cost.bounds`: a group's lower bound composed from its members' parts (no lowering)
 - :mod:`~mambalaya.cost.tiling`: a group's best tiling on an arch
 - :mod:`~mambalaya.cost.heuristics`: ``greedy_mapping`` and ``unfused_baseline``
 - :mod:`~mambalaya.cost.mapreport`: ``map_report`` / ``format_map_report`` for ``mambalaya map``

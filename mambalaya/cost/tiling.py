@@ -40,9 +40,6 @@ SPREAD_MIN_GAIN = 0.05
 #: ... nor less than this share of the arch's per-group overhead (a kernel launch): below it, no tiling of a small
 #: group can matter next to the launches around it, and the search is most of a small cascade's mapping time.
 SPREAD_MIN_OVERHEAD = 0.5
-#: Up to this multiple of the capacity, a tiling the quick occupancy refuses is lowered to decide (the quick
-#: figure is an upper bound: the built schedule hoists and shares what it can)
-QUICK_OCCUPANCY_SLACK = 2
 #: Most rounds of the local search (:meth:`_Search.descend`); each tries every single and paired move.
 DESCENT_ROUNDS = 4
 #: Without program slots, a local search runs from the best starting tiling only when it costs more than this
@@ -434,46 +431,6 @@ class _Search:
         return Tiled(FusionGroup(self.einsums, self.order, best[0]), best[1], self.rows[tuple(sorted(best[0].items()))])
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A lower bound on a group's cost at every tiling (:meth:`_Search.bound`), in its loop order."""
-
-    einsums: tuple[str, ...]
-    loop_order: tuple[str, ...]
-    cost: GroupCost
-
-
-def tiling_bound(ctx: CostContext, einsums: tuple[str, ...], objective: str = "latency",
-                 stored: frozenset[str] | None = None) -> Bound | Untileable | None:
-    """What costs one lowering instead of a tile search: a lower bound on the group's cost at any tiling, or
-    :class:`Untileable` when it is illegal or its smallest tiles do not fit (no tiling fits: a schedule's
-    occupancy grows with its tiles); None when there is no cheap bound (a sparse load: search it)."""
-    an = ctx.analysis
-    if not an.legal(einsums):
-        return Untileable(einsums, "; ".join(an.problems(einsums)))
-    try:
-        searches = [_Search(ctx, tuple(einsums), objective, stored, order) for order in search_orders(ctx, einsums)]
-        s = searches[0]
-        if all(_fits_nowhere(x) for x in searches):
-            return Untileable(einsums, s.why_none(), min((x.least for x in searches if x.least is not None),
-                                                          default=None))
-        lb = s.bound()
-        if lb is None:
-            return None
-    except MambalayaError as err:
-        return Untileable(einsums, str(err))
-    return Bound(tuple(einsums), s.order, lb)
-
-
-def _fits_nowhere(s: _Search) -> bool:
-    """Whether no tiling in the search's loop order fits: not its least tiles (an occupancy: cheap; the quick
-    occupancy is an upper bound, so near the capacity the built schedule decides), nor with some loops whole."""
-    least = {r: tile_options(s.size[r])[-1] for r in s.loops if tile_options(s.size[r])}
-    return bool(least and not s.fits(least) and tuple(sorted(least.items())) not in s.refused
-                and (s.least is None or s.least > QUICK_OCCUPANCY_SLACK * s.cap or not isinstance(s.cost(least), GroupCost))
-                and s.least_fitting() is None)
-
-
 def tiling_floor(ctx: CostContext, einsums: tuple[str, ...], tiles: dict[str, int],
                  stored: frozenset[str] | None = None) -> float | None:
     """The lower bound on the group's latency at ``tiles`` that lets the search skip lowering them (None: none)."""
@@ -506,5 +463,5 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
     return best  # type: ignore[return-value]
 
 
-__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Bound", "Tiled", "Untileable", "best_tiling", "score", "search_order",
-           "search_orders", "tile_options", "tiling_bound", "tiling_floor"]
+__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Tiled", "Untileable", "best_tiling", "score", "search_order",
+           "search_orders", "tile_options", "tiling_floor"]

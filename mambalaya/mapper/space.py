@@ -5,8 +5,10 @@ which Einsums are inside it and which of their outputs leave it, and roofline la
 over groups), so the mapper costs every candidate once, here, and the solver only picks an exact
 cover. Each candidate's tiling is chosen by :func:`mambalaya.cost.tiling.best_tiling`, which
 lowers and prices every tiling it tries: the mapper's costs are the cost model's, by the same
-code. Groups are grown smallest first; one that is illegal or whose smallest tiling does not fit
-is not grown (both only get worse as members are added); a whole model's candidates are costed
+code. Groups are grown smallest first; one that is illegal, or (in an eager space) that no tiling fits,
+is not grown (both only get worse as members are added); a lazy space costs each group of several
+Einsums by its composed bound (:mod:`mambalaya.cost.bounds`: no lowering) until a solve picks it, so it
+grows every legal group. A whole model's candidates are costed
 once per *shape*: groups of chained layers that differ only by their layer (``X0_L3`` vs ``X0_L7``)
 cost the same, so they share one evaluation (:func:`Coster._shape_key`).
 
@@ -32,9 +34,10 @@ from dataclasses import dataclass, field
 
 from mambalaya.analysis.candidates import EinsumDag, GroupEnumeration
 from mambalaya.arch import Arch
+from mambalaya.cost.bounds import ComposedBounds
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
-from mambalaya.cost.tiling import Bound, Tiled, Untileable, best_tiling, tiling_bound
+from mambalaya.cost.tiling import Tiled, best_tiling
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
@@ -200,7 +203,7 @@ class Coster:
         self.best_elsewhere: Callable[[tuple[str, ...]], Score | None] | None = None
         self.dominated = 0
         self._splits: dict[tuple[str, ...], Score] = {}  # _choose's split cost, until choose reads it
-        self._bounds: dict[tuple[str, ...], Bound | Untileable | None] = {}  # estimate's bounds, for _choose
+        self.composed = ComposedBounds(self.ctx)  # the first tier of lower bounds (estimate, dominance)
 
     def analyse(self, members: tuple[str, ...]):
         """The analysis of a group (legality, loop order), cached by the cost context."""
@@ -264,21 +267,20 @@ class Coster:
         return out
 
     def estimate(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
-        """A group's lower bound as an inexact :class:`Choice` (no tiles), or Rejected; the full choice when it
-        has no cheap bound or is one Einsum (singletons stay exact: every cover's upper bound is theirs)."""
+        """A group's lower bound as an inexact :class:`Choice` (no tiles): the composed bound
+        (:class:`~mambalaya.cost.bounds.ComposedBounds`, no lowering), or Rejected when it is illegal; the full
+        choice when it is one Einsum (singletons stay exact: every cover's upper bound is theirs)."""
         if len(members) == 1:
             return self.choose(members)
         key = ("bound", *self._shape_key(members))
         got = self.shapes.get(key)
         if got is None:
-            b = self._bounds[members] = tiling_bound(self.ctx, members, self.objective)
-            if b is None:
-                got = self._exact(members)
-            elif isinstance(b, Bound):
-                got = Choice(b.loop_order, (), b.cost.traffic_bytes, b.cost.latency_s, b.cost.occupancy_bytes, (),
-                             b.cost.transfers, exact=False)
+            an = self.ctx.analysis
+            if not an.legal(members):
+                got = Rejected(members, "; ".join(an.problems(members)))
             else:
-                got = Rejected(members, b.reason, b.need_bytes)
+                b = self.composed.bound(members)
+                got = Choice((), (), b.traffic_bytes, b.latency_s, 0, (), b.transfers, exact=False)
             self.shapes[key] = got
             self.evaluations += 1
         return got
@@ -314,11 +316,7 @@ class Coster:
             return known
         if isinstance(known, Choice):
             return Dominated(members, _score(known, obj), split) if _dominated(known, split, obj) else known
-        bound = self._bounds.get(members)
-        if isinstance(bound, Untileable):
-            return Rejected(members, bound.reason, bound.need_bytes)
-        if isinstance(bound, Bound) and len(members) > 1 and dominated(bound.cost):
-            b = bound.cost
+        if len(members) > 1 and dominated(b := self.composed.bound(members)):
             return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                              (float(b.traffic_bytes), b.latency_s), split)
         self.searched += 1

@@ -281,26 +281,33 @@ def tiles_to_walk(loop: Loop, affine: bool, reach: int) -> tuple[list[int], int,
 
 
 def dense_box(box: tuple[AxisBox, ...], ranges: Mapping[str, Mapping[str, Range]]) -> bool:
-    """Whether every read of the box covers its hull with no gaps over whole ranges: each axis a mixed-radix
-    contiguous form (``l``, ``c*256 + q`` with q below 256; no floor, remainder or stride) and no rank in two
-    axes of one read (a diagonal ``X[i, i]`` covers a hull of n*n for n elements). Only then can tiling never
-    load less than the untiled box (a smaller tile of a sparse read clips its hull)."""
+    """Whether every read of the box covers its hull with no gaps over whole ranges (:func:`dense_read`). Only then
+    can tiling never load less than the untiled box (a smaller tile of a sparse read clips its hull)."""
     if not box:
         return True
     for k in range(len(box[0].reads)):
-        seen: set[str] = set()
-        for axis in box:
-            form, member = axis.reads[k]
-            if form.den != 1:
+        member = box[0].reads[k][1]
+        if not dense_read(tuple(axis.reads[k][0] for axis in box), {r: x.size for r, x in ranges[member].items()}):
+            return False
+    return True
+
+
+def dense_read(forms: Iterable[IndexForm], sizes: Mapping[str, int]) -> bool:
+    """Whether one read over whole ranks of these ``sizes`` covers its hull with no gaps: each axis a mixed-radix
+    contiguous form (``l``, ``c*256 + q`` with q below 256; no floor, remainder or stride) and no rank in two axes
+    (a diagonal ``X[i, i]`` covers a hull of n*n for n elements)."""
+    seen: set[str] = set()
+    for form in forms:
+        if form.den != 1:
+            return False
+        span = 0
+        for t in sorted(form.terms, key=lambda t: abs(t.coef)):
+            if t.rank is None and t.sub is None:  # a constant
+                continue
+            if t.sub is not None or t.rank in seen or abs(t.coef) > span + 1:
                 return False
-            span = 0
-            for t in sorted(form.terms, key=lambda t: abs(t.coef)):
-                if t.rank is None and t.sub is None:  # a constant
-                    continue
-                if t.sub is not None or t.rank in seen or abs(t.coef) > span + 1:
-                    return False
-                seen.add(t.rank)
-                span += abs(t.coef) * (ranges[member][t.rank].size - 1)
+            seen.add(t.rank)
+            span += abs(t.coef) * (sizes[t.rank] - 1)
     return True
 
 
@@ -506,5 +513,5 @@ def window_rows(tile: int, skew: int, behind: int | None, tail_lo: int | None, s
     return min(rows, size)
 
 
-__all__ = ["ENUMERATE_UP_TO", "VECTOR_FROM", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "is_affine", "max_length",
+__all__ = ["ENUMERATE_UP_TO", "VECTOR_FROM", "AxisFn", "State", "axis_interval", "box_total", "dense_box", "dense_read", "is_affine", "max_length",
            "range_is_uniform", "range_length", "range_bounds", "rank_interval", "rises_with", "tile_of", "tiles_of", "tiles_to_walk", "window_rows"]

@@ -111,14 +111,13 @@ def test_a_scan_whose_least_tiles_overflow_fits_with_its_recurrence_whole() -> N
     kept across the tiles of l (33 MB, over mambalaya's buffer); with l whole each tile holds its own. The
     bound once called the scan untileable from the least tiles alone, so the mapper never grew a group
     around it (its optimum left the scan alone: 118 ms a layer where fusing it costs 31)."""
-    from mambalaya.cost.tiling import Bound, Tiled, best_tiling, tiling_bound
+    from mambalaya.cost.tiling import Tiled, best_tiling
 
     c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 2048})
     ctx = CostContext(c, load_arch("mambalaya"))
     s = _Search(ctx, ("H",), "latency", None)
     least = {r: tile_options(s.size[r])[-1] for r in s.loops}
     assert "l" in least and not s.fits(least)
-    assert isinstance(tiling_bound(ctx, ("H",)), Bound)
     for members in (("H",), ("DA", "BX", "H", "SY")):
         got = best_tiling(ctx, members)
         assert isinstance(got, Tiled) and "l" not in got.group.tiles, got
@@ -135,14 +134,14 @@ def _every_tiling(s):
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(random_cascades(max_einsums=4), st.integers(6, 12))
 def test_untileable_only_when_no_tiling_fits(data_cascade, log_cap) -> None:
-    """A group is called untileable (and so never grown into a larger one) only when no tiling at all fits by
-    the same occupancy: every combination of tiles, loops whole included (a brute force)."""
-    from mambalaya.cost.tiling import Untileable, tiling_bound
+    """A group's search calls it untileable (and the mapper drops it) only when no tiling at all fits by the same
+    occupancy: every combination of tiles, loops whole included (a brute force)."""
+    from mambalaya.cost.tiling import Untileable, best_tiling
 
     c = cascade_from_dict(data_cascade)
     ctx = CostContext(c, load_arch("mambalaya").with_overrides(fusion_buffer_bytes=2**log_cap))
     for members in _groups(c, ctx, limit=4):
-        got = tiling_bound(ctx, members)
+        got = best_tiling(ctx, members)
         if not isinstance(got, Untileable):
             continue
         s = _Search(ctx, members, "latency", None)
@@ -157,7 +156,7 @@ def test_untileable_only_when_no_tiling_fits(data_cascade, log_cap) -> None:
 def test_a_scan_is_untileable_only_when_no_tiling_fits(batch, seqlen, channels, log_cap) -> None:
     """The same brute force on a recurrence with a readout (the shape of the bug: a recurrence's loop tiled
     keeps every channel's state across its tiles)."""
-    from mambalaya.cost.tiling import Untileable, tiling_bound
+    from mambalaya.cost.tiling import Untileable, best_tiling
 
     c = cascade_from_dict({
         "name": "scan", "params": {"B": batch, "L": seqlen, "D": channels},
@@ -166,7 +165,7 @@ def test_a_scan_is_untileable_only_when_no_tiling_fits(batch, seqlen, channels, 
         "einsums": ["H[b,l,d] = A[b,l,d] * H[b,l-1,d] + X[b,l,d]", "Y[b,l] = sum_d(C[b,l,d] * H[b,l,d])"]})
     ctx = CostContext(c, load_arch("mambalaya").with_overrides(fusion_buffer_bytes=2**log_cap))
     for members in (("H",), ("H", "Y")):
-        got = tiling_bound(ctx, members)
+        got = best_tiling(ctx, members)
         if isinstance(got, Untileable):
             s = _Search(ctx, members, "latency", None)
             assert not any(s.fits(t) for t in _every_tiling(s)), (members, got.reason)
