@@ -34,6 +34,9 @@ from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import Load, ScheduleError, extent
 
 Score = tuple[float, float]
+#: Up to this multiple of the capacity, a least tiling the quick occupancy refuses is lowered to decide (the quick
+#: figure is an upper bound: the built schedule hoists and shares what it can)
+QUICK_OCCUPANCY_SLACK = 2
 #: Least share of a group's latency that spreading it over more programs could gain for the search to try
 #: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this).
 SPREAD_MIN_GAIN = 0.05
@@ -190,6 +193,19 @@ class _Search:
                     return tiles
         return None
 
+    def fits_nowhere(self) -> bool:
+        """Whether no tiling in this loop order fits, decided before searching: its least tiles do not (the quick
+        occupancy says so by more than QUICK_OCCUPANCY_SLACK times the capacity, or their schedule is built and
+        does not), nor do they with some loops whole (:meth:`least_fitting`). A schedule's occupancy grows with
+        its tiles, so then none does; the mapper's lazy space meets many such groups (its bounds do not probe)."""
+        least = {r: opts[-1] for r in self.loops if (opts := tile_options(self.size[r]))}
+        if not least or self.fits(least) or tuple(sorted(least.items())) in self.refused:
+            return False
+        if self.least is not None and self.least <= QUICK_OCCUPANCY_SLACK * self.cap and \
+                isinstance(self.cost(least), GroupCost):
+            return False
+        return self.least_fitting() is None
+
     def why_none(self) -> str:
         """Why no tiling fits: the least it needs on chip, and what the schedule refused of the tilings that could
         hold less (a max over a tiled rank, a floor read along a tiled loop, ...)."""
@@ -198,7 +214,7 @@ class _Search:
         if self.least is not None and needs:
             said = f"needs {self.least} bytes on chip at least"
         if self.refusals:
-            said += f"; tiling it is refused: {next(iter(self.refusals))}"
+            said += f"; tiling it is refused: {'; '.join(list(self.refusals)[:3])}"
         return said
 
     def largest(self, tiles: dict[str, int], rank: str) -> int | None:
@@ -378,6 +394,8 @@ class _Search:
             lb = self.bound()
             if lb is not None and give_up(lb):
                 return Untileable(self.einsums, "dominated", None, bound=lb)
+        if not isinstance(untiled, GroupCost) and self.fits_nowhere():
+            return Untileable(self.einsums, self.why_none(), self.least)
         found: list[dict[str, int]] = []
         fixed: dict[str, int] = {}
         if isinstance(untiled, GroupCost):  # (a GPU's: it fits, and tiles may still pay by spreading it)

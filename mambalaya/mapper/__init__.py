@@ -64,6 +64,11 @@ LAZY_MAX_GAP = 2.0
 #: lazy loop pays by pruning, and searches without the eager space's split test. (mamba2-370m L4096 on mambalaya
 #: prunes 3,081 for 77 searched; on imax3 it pruned none in 800 searches, 266 s against 76 s eager.)
 LAZY_SEARCH_BASE = 100
+#: ... or once its last this many rounds have searched more groups than they pruned: the pruning has stalled, and
+#: every further round is a solve and two downset walks for a few searches (mamba2-370m L4096 on cpu, whose
+#: searches are one lowering each: 40 s over 300 rounds, 16 s eager; a mamba-1.4b batch-64 layer on mambalaya
+#: stalls for 8 rounds before its last prunes, 4.8 s lazy, 25 s eager).
+LAZY_STALL_ROUNDS = 16
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
     searched ones (:func:`~.space.build_space`; the same optimum), each round first dropping the candidates no
     optimal cover can hold (:func:`prune_by_covers`); once the searched candidates show the bounds loose
-    (:data:`LAZY_MAX_GAP`), or the searches outrun the pruning (:data:`LAZY_SEARCH_BASE`), the space is built
+    (:data:`LAZY_MAX_GAP`), or the searches outrun the pruning (:data:`LAZY_SEARCH_BASE`, :data:`LAZY_STALL_ROUNDS`), the space is built
     eagerly instead. ``pruned`` in the result counts what was left out unsearched, by which proof.
     Raises MappingError when nothing fits.
     """
@@ -261,6 +266,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     by_layers = layers > 1 and method in ("ilp", "mip", "scip")
     gaps: list[float] = []
     pruned = 0
+    rounds: list[tuple[int, int]] = []  # (pruned, searched) so far, per round of the lazy loop
     searched_before = space.coster.searched if space.coster is not None else 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
         if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
@@ -274,7 +280,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         if all(c.exact for c in picked):
             break
         searched = space.coster.searched - searched_before if space.coster is not None else 0
-        if (bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP) or searched > pruned + LAZY_SEARCH_BASE:
+        rounds.append((pruned, searched))
+        stalled = len(rounds) > LAZY_STALL_ROUNDS and \
+            pruned - rounds[-1 - LAZY_STALL_ROUNDS][0] < searched - rounds[-1 - LAZY_STALL_ROUNDS][1]
+        if (bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP) or searched > pruned + LAZY_SEARCH_BASE or stalled:
             # the bounds are loose, or pruning saves fewer searches than the loop spends: the eager space
             space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster)
             continue
