@@ -326,8 +326,7 @@ def _fused(groups: list[list[str]]) -> str:
 
 def ours_inprocess(key: str, tmp: Path, arch_path: Path = ARCH, repeats: int = 5) -> dict[str, Any]:
     """Our optimal mapping of a workload, timed cold (analysis cache emptied) ``repeats`` times."""
-    from mambalaya.cost import evaluate
-    from mambalaya.mapper import optimal_mapping
+    from mambalaya.mapper import evaluate, optimal_mapping
     from mambalaya.mapper.space import clear_shared
 
     times, totals = [], []

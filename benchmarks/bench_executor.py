@@ -160,11 +160,11 @@ def bench(model: str, seqlen: int, repeat: int, reference: bool, unfused: bool, 
     from hf_reference import mixer_arrays
 
     from mambalaya.arch import load_arch
-    from mambalaya.cost.heuristics import unfused_baseline
     from mambalaya.exec.realweights import bind_weights
     from mambalaya.exec.reference import run_reference
     from mambalaya.ir.mapping import FusionGroup, Mapping
     from mambalaya.mapper import optimal_mapping
+    from mambalaya.mapper.heuristics import unfused_baseline
     from mambalaya.parse import open_cascade
     from mambalaya.schedule import lower_mapping
 

@@ -82,8 +82,8 @@ def tiled(cascade: Any, mapping: Any) -> Any:
     grouping; the tiles, hence the program grid, are the tool's)."""
     from mambalaya.arch import load_arch
     from mambalaya.cost.context import CostContext
-    from mambalaya.cost.tiling import Tiled, best_tiling
     from mambalaya.ir.mapping import Mapping
+    from mambalaya.mapper.tiling import Tiled, best_tiling
 
     ctx = CostContext(cascade, load_arch("h200"))
     groups = []
@@ -108,8 +108,8 @@ def point_name(model: str, batch: int, seqlen: int) -> str:
 def point_mappings(cascade: Any, family: str) -> dict[str, Any]:
     """The mappings a point runs: the mapper's h200 optimum (what the tool gives a user), the hand grouping at
     the tool's tiles (a comparison row), the unfused baseline."""
-    from mambalaya.cost.heuristics import unfused_baseline
     from mambalaya.mapper import optimal_mapping
+    from mambalaya.mapper.heuristics import unfused_baseline
 
     hand = mamba2_gpu_mapping(cascade) if family == "mamba2" else mamba1_gpu_mapping(cascade)
     return {"mapper": optimal_mapping(cascade, "h200").mapping, "hand": tiled(cascade, hand),
@@ -307,8 +307,8 @@ def _timer(dry: bool):
 
 def _generated(cascade: Any, mapping: Any, inputs: dict, label: str, repeat: int) -> dict[str, Any]:
     """One mapping's schedule through the Triton backend: per group the measured time next to the cost model's."""
-    from mambalaya.cost import evaluate
     from mambalaya.exec.backend import get_backend
+    from mambalaya.mapper import evaluate
 
     t0 = time.perf_counter()
     report = evaluate(cascade, "h200", mapping)
@@ -500,7 +500,7 @@ def repredict(data: dict, maps: Path | None = None) -> None:
     """Replace every prediction in ``data`` by the cost model's with the specs as they are now (the
     measurements stay): a spec corrected after a run is judged against the same measured times. ``maps``: the
     mapping files the run ran (without: mapped again, which may not be what ran)."""
-    from mambalaya.cost import evaluate
+    from mambalaya.mapper import evaluate
     from mambalaya.parse import open_cascade
 
     for p in data["points"]:

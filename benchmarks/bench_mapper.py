@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 
 from mambalaya.arch import load_arch, shipped_archs
-from mambalaya.cost import evaluate
 from mambalaya.ir.chain import chain_layers
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
 from mambalaya.mapper.space import clear_shared
 from mambalaya.parse import open_cascade
 

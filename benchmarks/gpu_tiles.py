@@ -72,10 +72,10 @@ def measure(out: Path, dry: bool = False, precision: str = "tf32") -> None:
     import torch
 
     from mambalaya.cost.model import group_costs
-    from mambalaya.cost.tiling import search_order
     from mambalaya.exec.triton_backend import compile_group, kernel_times_s
     from mambalaya.exec.triton_codegen import TritonOptions
     from mambalaya.ir.mapping import FusionGroup
+    from mambalaya.mapper.tiling import search_order
 
     contexts = {f: _context(dry, f) for f in POINTS}
     dev = "cpu" if dry else "cuda"
@@ -147,8 +147,8 @@ def _doc(rows: list[dict], precision: str) -> dict:
 def repredict(doc: dict) -> None:
     """Each row's prediction again, with the specs as they are now (the measured times stay)."""
     from mambalaya.cost.model import group_costs
-    from mambalaya.cost.tiling import search_order
     from mambalaya.ir.mapping import FusionGroup
+    from mambalaya.mapper.tiling import search_order
 
     contexts = {f: _context(False, f) for f in POINTS}
     for r in doc["rows"]:

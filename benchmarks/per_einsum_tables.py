@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 
 from mambalaya.arch import load_arch, shipped_archs
-from mambalaya.cost import evaluate
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
 from mambalaya.parse import open_cascade, parse_set
 
 

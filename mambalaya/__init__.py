@@ -2,7 +2,7 @@
 
 The flow, one stage per subpackage, each importing only earlier ones::
 
-    ir -> parse -> analysis -> arch -> cost -> mapper -> exec -> study, report
+    ir -> parse -> analysis -> arch -> schedule -> cost -> mapper -> exec -> report -> study
 
 The names below are the Python API; they load their stage on first use, so
 ``import mambalaya`` stays quick (Numba and OR-Tools load only when needed).
@@ -37,8 +37,7 @@ _API = {
     # mapper
     "optimal_mapping": "mambalaya.mapper",
     "chain_layers": "mambalaya.ir.chain",
-    # cost
-    "evaluate": "mambalaya.cost",
+    "evaluate": "mambalaya.mapper",  # (a mapping's cost; without one, the unfused baseline's)
     # exec
     "verify_mapping": "mambalaya.exec.verify",
     "run_reference": "mambalaya.exec.reference",

@@ -91,8 +91,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_map(args: argparse.Namespace) -> int:
     from mambalaya.arch import load_arch
-    from mambalaya.cost.mapreport import format_map_report
     from mambalaya.mapper import map_command_result
+    from mambalaya.mapper.mapreport import format_map_report
 
     cascade = _open(args)
     arch = load_arch(args.arch)

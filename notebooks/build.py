@@ -41,7 +41,7 @@ dict(zip(df[df.arch == "mambalaya"]["seqlen"], ratio.round(2)))""",
     "02_imax_vs_h200.ipynb": [
         "# The same Mamba-2 layer on IMAX3 and H200\n\nA CGLA (IMAX3) and a GPU (H200) map the same layer "
         "very differently; compare the optimal mappings and their rooflines.",
-        SETUP + "\nfrom mambalaya.mapper import optimal_mapping\nfrom mambalaya.cost import evaluate\n"
+        SETUP + "\nfrom mambalaya.mapper import optimal_mapping\nfrom mambalaya.mapper import evaluate\n"
         "from mambalaya.report.plots import roofline_figure",
         """cascade = mambalaya.open_cascade("mamba2", model="mamba2-130m", params={"seqlen": 256})
 results = {a: optimal_mapping(cascade, a) for a in ("imax3", "h200")}

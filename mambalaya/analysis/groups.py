@@ -189,18 +189,17 @@ class CandidateGroup:
     writes: tuple[str, ...]  # off-chip tensors written (read outside the group, or outputs)
     _analyzer: GroupAnalyzer | None = field(default=None, repr=False, compare=False, hash=False)
     _model: _GroupModel | None = field(default=None, repr=False, compare=False, hash=False)
+    #: what makes it illegal: "structure" (not a connected convex set of known Einsums), "legality" (its loops),
+    #: "capacity" (its least buffer over the capacity the analysis was given); "" when legal
+    fault: str = ""
 
     @_lazy
     def loops(self) -> LoopModel:
-        if self._analyzer is None or not self.einsums or self.reasons and self._structural:
+        if self._analyzer is None or not self.einsums or self.fault == "structure":
             return LoopModel((), (), (), (), (), {})
         model = self._model or self._analyzer.model(self.einsums)
         object.__setattr__(self, "_model", None)  # the loop model built for legality, used once
         return model.loop_model()
-
-    @property
-    def _structural(self) -> bool:
-        return any(r.startswith(("not connected", "not convex", "unknown", "empty")) for r in self.reasons)
 
     @property
     def loop_order(self) -> tuple[str, ...]:
@@ -415,24 +414,23 @@ class GroupAnalyzer:
         unknown = [n for n in names if n not in self.order]
         if not names or unknown:
             why = f"unknown Einsum(s) {', '.join(unknown)}" if unknown else "empty group"
-            return CandidateGroup(tuple(names), False, (why,), None, (), (), (), self)
+            return CandidateGroup(tuple(names), False, (why,), None, (), (), (), self, fault="structure")
         names.sort(key=self.order.__getitem__)
         members = set(names)
         reads, writes, internal = self._boundary(names, members)
-        structural = self._structure(names)
-        if not convex:
-            structural = [r for r in structural if not r.startswith("not convex")]
+        structural = [why for rule, why in self._structure(names) if convex or rule != "convex"]
         if structural:
-            return CandidateGroup(tuple(names), False, tuple(structural), None, internal, reads, writes, self)
+            return CandidateGroup(tuple(names), False, tuple(structural), None, internal, reads, writes, self,
+                                  fault="structure")
         model = self.model(names)
         reasons, iterative = model.legality()
         cand = CandidateGroup(tuple(names), not reasons, tuple(reasons), iterative, internal, reads, writes, self,
-                              model)
+                              model, fault="legality" if reasons else "")
         cap = self.capacity_bytes
         if cap is not None and cand.legal and cand.buffer_min_bytes > cap:
             why = (f"needs {cand.buffer_min_bytes} bytes on chip even at tile 1, more than the capacity "
                    f"{cap} bytes",)
-            cand = CandidateGroup(cand.einsums, False, why, iterative, internal, reads, writes, self)
+            cand = CandidateGroup(cand.einsums, False, why, iterative, internal, reads, writes, self, fault="capacity")
         return cand
 
     def model(self, names: Iterable[str]) -> _GroupModel:
@@ -441,7 +439,8 @@ class GroupAnalyzer:
         return _GroupModel(self, names, [e for n in names for e in self.into[n] if e.producer in members])
 
     # ---- structure and boundary -------------------------------------------------
-    def _structure(self, names: list[str]) -> list[str]:
+    def _structure(self, names: list[str]) -> list[tuple[str, str]]:
+        """The structural rules the group breaks, as (rule: ``connected`` or ``convex``, why)."""
         dag = self.dag
         bits = dag.bits(names)
         for n in reversed(names):  # a connected convex group plus a neighbour: only convexity to check
@@ -456,16 +455,16 @@ class GroupAnalyzer:
         reasons = []
         if not dag.connected(bits):
             parts = self._components(bits)
-            reasons.append("not connected: " + " and ".join("{" + ", ".join(p) + "}" for p in parts)
-                           + " share no tensor")
+            reasons.append(("connected", "not connected: " + " and ".join("{" + ", ".join(p) + "}" for p in parts)
+                            + " share no tensor"))
         between = dag.outside_between(bits)
         if between:
             w = dag.members(between)[0]
             wi = dag.index[w]
             src = dag.members(dag.anc[wi] & bits)[-1]
             dst = dag.members(dag.desc[wi] & bits)[0]
-            reasons.append(f"not convex: the path {src} -> ... -> {w} -> ... -> {dst} leaves the group at {w} "
-                           f"and re-enters it (add {w} or split the group)")
+            reasons.append(("convex", f"not convex: the path {src} -> ... -> {w} -> ... -> {dst} leaves the group "
+                                      f"at {w} and re-enters it (add {w} or split the group)"))
         if not reasons:
             self._convex[bits] = (dag.descendants(bits), dag.ancestors(bits))
         return reasons

@@ -103,7 +103,7 @@ def analyze(cascade: Cascade, max_group_size: int | None = None,
     checked: dict[tuple[str, ...], CandidateGroup] = {}
 
     def keep(group: tuple[str, ...]) -> bool:
-        return checked[group].legal or not checked[group].reasons[0].startswith("needs ")
+        return checked[group].fault != "capacity"
 
     enumeration = GroupEnumeration(cascade, max_group_size, max_candidates,
                                    keep if capacity_bytes is not None else None, analyzer.dag)

@@ -12,7 +12,7 @@ Every tiling of a group (every schedule :mod:`mambalaya.schedule` can give it) c
 - **overheads**: the group's own, and one transfer and one statement execution per load stream (at least one per
   tensor loaded) and per store, and a statement per member that is not inlined.
 
-It is within a few percent of the untiled schedule's figures (:meth:`~mambalaya.cost.tiling._Search.bound`) on the
+It is within a few percent of the untiled schedule's figures (:meth:`~mambalaya.mapper.tiling._Search.bound`) on the
 shipped cascades at published sizes, at 0.06 ms a group instead of a lowering and an occupancy probe (4-6 ms); on an
 arch with program slots it assumes the whole chip busy. The lazy space (:mod:`mambalaya.mapper.space`) costs every
 group of several Einsums by it, and prunes and proves dominance with it.

@@ -274,18 +274,14 @@ def evaluate_group(ctx: CostContext, group: FusionGroup, index: int = 0,
 def evaluate(
     cascade: Cascade,
     arch: Arch | str,
-    mapping: Mapping | None = None,
+    mapping: Mapping,
     *,
     ctx: CostContext | None = None,
 ) -> CostReport:
-    """The cost of ``mapping`` of ``cascade`` on ``arch`` (default: the unfused baseline, every Einsum alone at
-    its best tiling, since an untiled Einsum of a published layer rarely fits a buffer whole)."""
+    """The cost of ``mapping`` of ``cascade`` on ``arch`` (:func:`mambalaya.mapper.evaluate` defaults it to the
+    unfused baseline, whose tiles are searched)."""
     arch = load_arch(arch) if isinstance(arch, str) else arch
     ctx = ctx or CostContext(cascade, arch)
-    if mapping is None:
-        from mambalaya.cost.heuristics import unfused_baseline  # the baseline is priced by this model
-
-        mapping = unfused_baseline(cascade, arch, ctx=ctx)
     check_fusable(arch, mapping)
     sched = lower_mapping(cascade, mapping, arch, lowerer=ctx.lowerer)
     groups, einsums, rows = [], [], []

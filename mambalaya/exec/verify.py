@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from mambalaya.arch import Arch, load_arch
-from mambalaya.cost.heuristics import unfused_baseline
-from mambalaya.cost.model import CostReport, evaluate
+from mambalaya.cost.model import CostReport
 from mambalaya.exec.backend import RunResult, get_backend
 from mambalaya.exec.reference import check_memory, random_inputs, run_reference
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import Mapping, load_mapping
+from mambalaya.mapper import evaluate
+from mambalaya.mapper.heuristics import unfused_baseline
 
 #: The architecture whose buffer decides residency when none is named.
 DEFAULT_ARCH = "mambalaya"

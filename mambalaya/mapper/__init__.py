@@ -35,17 +35,19 @@ from typing import Any, ParamSpec, TypeVar
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.latency import memory_seconds
-from mambalaya.cost.model import CostReport, evaluate
+from mambalaya.cost.model import CostReport
 from mambalaya.errors import MappingError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper.chain_space import DEFAULT_MAX_CROSS, build_chain_space
+from mambalaya.mapper.heuristics import evaluate, greedy_mapping, unfused_baseline
 from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
 from mambalaya.mapper.solver import SOLVERS, Problem, Solution, cheapest_covers, register_solver, schedule, solve
 from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space, refine, shared_coster
+from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -414,8 +416,8 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
 
     With ``mapping_file`` the file's mapping is evaluated instead of optimised (``optimal`` false).
     """
-    from mambalaya.cost.mapreport import map_report
     from mambalaya.ir.mapping import load_mapping
+    from mambalaya.mapper.mapreport import map_report  # (it builds on this module's optimal_mapping)
 
     arch = load_arch(arch) if isinstance(arch, str) else arch
     if mapping_file is not None:
@@ -448,15 +450,21 @@ __all__ = [
     "Problem",
     "Solution",
     "Space",
+    "Tiled",
+    "Untileable",
+    "best_tiling",
     "build_chain_space",
     "build_problem",
     "build_space",
     "chain_layers",
+    "evaluate",
     "explain_infeasible",
+    "greedy_mapping",
     "map_command_result",
     "optimal_mapping",
     "prune_by_covers",
     "register_solver",
     "solve",
     "solve_layers",
+    "unfused_baseline",
 ]

@@ -3,7 +3,7 @@
 Per-group cost is a function of the group alone (a group's schedule and its price depend only on
 which Einsums are inside it and which of their outputs leave it, and roofline latency is summed
 over groups), so the mapper costs every candidate once, here, and the solver only picks an exact
-cover. Each candidate's tiling is chosen by :func:`mambalaya.cost.tiling.best_tiling`, which
+cover. Each candidate's tiling is chosen by :func:`mambalaya.mapper.tiling.best_tiling`, which
 lowers and prices every tiling it tries: the mapper's costs are the cost model's, by the same
 code. Groups are grown smallest first; one that is illegal, or (in an eager space) that no tiling fits,
 is not grown (both only get worse as members are added); a lazy space costs each group of several
@@ -37,10 +37,10 @@ from mambalaya.arch import Arch
 from mambalaya.cost.bounds import ComposedBounds
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.legality import GroupAnalysis
-from mambalaya.cost.tiling import Tiled, best_tiling
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.tiling import Tiled, best_tiling
 from mambalaya.schedule import Lowerer
 
 OBJECTIVES = ("latency", "traffic")

@@ -14,10 +14,10 @@ from mambalaya.analysis import Edge, classify_edges, einsum_kind
 from mambalaya.analysis.table import edge_modifiers
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.heuristics import unfused_baseline
-from mambalaya.cost.model import CostReport, evaluate
+from mambalaya.cost.model import CostReport
 from mambalaya.ir.cascade import Cascade
-from mambalaya.mapper import MapResult, optimal_mapping
+from mambalaya.mapper import MapResult, evaluate, optimal_mapping
+from mambalaya.mapper.heuristics import unfused_baseline
 from mambalaya.report.fmt import fmt_bytes, fmt_num, fmt_pct, fmt_rate, fmt_ratio, fmt_time
 
 #: The per-Einsum table's columns (the ``map --json`` contract's), CSV names.

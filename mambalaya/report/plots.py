@@ -263,7 +263,8 @@ def comparison_figures(
     cascade, arch: Arch, out_dir: str | Path, stem: str | None = None, mapping=None
 ) -> list[Path]:
     """Roofline and utilisation PNGs of unfused vs fused (``mapping``, else the greedy one)."""
-    from mambalaya.cost import CostContext, evaluate, greedy_mapping
+    from mambalaya.cost import CostContext
+    from mambalaya.mapper import evaluate, greedy_mapping
 
     ctx = CostContext(cascade, arch)
     unfused = evaluate(cascade, arch, ctx=ctx)

@@ -238,6 +238,8 @@ class _Placed:
     dropped: int  # the first notes: the loops found dead
     wins: dict
     fns: dict = field(default_factory=dict)  # each box compiled against these ranges, each output's box
+    #: what steps 4-5 decide from the placement alone (:meth:`_Builder.buffer_plans`, :meth:`_Builder.read_plans`)
+    plans: dict = field(default_factory=dict)
 
 
 def _members(cascade: Cascade, group: FusionGroup, forms: Forms, stored: frozenset[str]) -> tuple:
@@ -638,6 +640,7 @@ class _Lowering:
         self.notes = list(got.notes)
         self.dropped = got.dropped
         self.fns = got.fns
+        self.plans = got.plans
         return [lp for lp in loops if lp.rank in got.ranks], got.ms, got.tree, got.wins
 
     def _place(self, loops: list[Loop], grid: int) -> _Placed:
@@ -724,6 +727,7 @@ class _Builder:
         self.inits: dict[tuple[str, int], _Stream] = {}
         self.notes = list(lw.notes)
         self.fns: dict[AxisBox, extent.AxisFn] = lw.fns  # (its placement's: shared by every tiling of it)
+        self.plans: dict = lw.plans  # (its placement's too: :meth:`buffer_plans`, :meth:`read_plans`)
         self.absorbed = {c: r for r, cs in lw.scans.items() for c in cs}  # scan consumer -> its recurrence
 
     def _fn(self, axis: AxisBox) -> extent.AxisFn:
@@ -750,86 +754,131 @@ class _Builder:
         return got
 
     # -- internal buffers --
-    def internal_buffers(self) -> None:
-        for name in self.lw.live:
-            m = self.ms[name]
-            readers = self.lw.readers[name]
-            if not readers:
-                kind = "partial" if m.accumulate is not None else "staging"
-            else:
-                kind = "partial" if m.accumulate is not None else "tile"
-            alloc = m.depth
-            for cn in readers:
-                alloc = min(alloc, self.ms[cn].depth)
-            if m.accumulate is not None:
-                alloc = min(alloc, m.accumulate)
-            slide: dict[int, tuple[int | None, int | None]] = {}
-            for pos in range(len(m.einsum.out_ranks)):
-                if (name, pos) in self.wins:
-                    j = m.ranges[m.einsum.out_ranks[pos]].loop
-                    alloc = min(alloc, j)
-                    slide[pos] = self.wins[(name, pos)]
-            axes = []
-            rec = m.einsum.recurrence
-            state = rec.position if rec is not None and name in self.lw.scans else None
-            if not self.loops and state is None:  # nothing tiled: the whole tensor
-                b = Buffer(self._name(name, kind), name, kind, tuple(BufferAxis(n) for n in self.c.shape(name)),
-                           self.c.tensors[name].element_bytes)
-                self.buffers.append(b)
-                self.by_tensor[name] = b.name
+    def buffer_plans(self) -> tuple:
+        """Per live member, its output buffer as the placement decides it (every tiling of the placement shares
+        this; :meth:`internal_buffers` sizes it at the tiles): (member, kind, its axes' plans, or None for the whole
+        tensor). An axis plan is ``("size", n)``, ``("state", box, loop)``, ``("box", box)`` (the most its box spans
+        at a tile) or ``("window", box, loop, skew, behind, tail, size, rank)`` (:func:`~.extent.window_rows`)."""
+        got = self.plans.get("buffers")
+        if got is None:
+            got = self.plans["buffers"] = tuple(self._buffer_plan(name) for name in self.lw.live)
+        return got
+
+    def _buffer_plan(self, name: str) -> tuple:
+        m = self.ms[name]
+        readers = self.lw.readers[name]
+        kind = "partial" if m.accumulate is not None else "staging" if not readers else "tile"
+        alloc = m.depth
+        for cn in readers:
+            alloc = min(alloc, self.ms[cn].depth)
+        if m.accumulate is not None:
+            alloc = min(alloc, m.accumulate)
+        slide: dict[int, tuple[int | None, int | None]] = {}
+        for pos in range(len(m.einsum.out_ranks)):
+            if (name, pos) in self.wins:
+                j = m.ranges[m.einsum.out_ranks[pos]].loop
+                alloc = min(alloc, j)
+                slide[pos] = self.wins[(name, pos)]
+        rec = m.einsum.recurrence
+        state = rec.position if rec is not None and name in self.lw.scans else None
+        if not self.loops and state is None:  # nothing tiled: the whole tensor
+            return name, kind, None
+        axes: list[tuple] = []
+        for pos, r in enumerate(m.einsum.out_ranks):
+            x = m.ranges[r]
+            size = self.c.rank_size(r)
+            box = self._out_axis(m, pos)
+            if pos == state:  # a scanned recurrence: one step, the latest computed
+                axes.append(("state", box, x.loop))
                 continue
-            for pos, r in enumerate(m.einsum.out_ranks):
-                x = m.ranges[r]
-                size = self.c.rank_size(r)
-                box = self._out_axis(m, pos)
-                if pos == state:  # a scanned recurrence: one step, the latest computed
-                    axes.append(BufferAxis(1, "state", box, x.loop))
-                    continue
-                halo = self.lw.parent_halos.get((name, pos)) if x.kind == "parent" else None
-                if halo is not None and (x.loop < alloc or x.loop < self.grid):
-                    # (a tile's box, or one program's copy: the rows of the other tiles are not there)
-                    raise ScheduleError(f"{halo[0]} reads {name} at {halo[1]}, past the tile of {r} that follows "
-                                        f"{self.loops[x.loop].rank}: no buffer keeps the other tiles' rows; tile "
-                                        f"{r} itself or another loop")
-                if x.loop is None or x.loop > alloc:
-                    axes.append(BufferAxis(size))
-                elif x.loop < alloc:
-                    axes.append(BufferAxis(extent.max_length(self._fn(box), self.loops), "box", box))
-                elif pos in slide and x.kind == "tile":
-                    behind, tail = slide[pos]
-                    rows = extent.window_rows(self.loops[x.loop].tile, x.skew, behind, tail, size)
-                    if rows >= size:
-                        axes.append(BufferAxis(size))
-                    else:
-                        axes.append(BufferAxis(rows, "window", box, x.loop))
-                        self.notes.append(f"{name} keeps a window of {rows} along {r} (loop {self.loops[x.loop].rank})")
-                else:
-                    axes.append(BufferAxis(size))
-            kind = "state" if state is not None else kind if not any(a.base == "window" for a in axes) else "window"
-            b = Buffer(self._name(name, kind), name, kind, tuple(axes), self.c.tensors[name].element_bytes)
+            halo = self.lw.parent_halos.get((name, pos)) if x.kind == "parent" else None
+            if halo is not None and (x.loop < alloc or x.loop < self.grid):
+                # (a tile's box, or one program's copy: the rows of the other tiles are not there)
+                raise ScheduleError(f"{halo[0]} reads {name} at {halo[1]}, past the tile of {r} that follows "
+                                    f"{self.loops[x.loop].rank}: no buffer keeps the other tiles' rows; tile "
+                                    f"{r} itself or another loop")
+            if x.loop is None or x.loop > alloc:
+                axes.append(("size", size))
+            elif x.loop < alloc:
+                axes.append(("box", box))
+            elif pos in slide and x.kind == "tile":
+                behind, tail = slide[pos]
+                axes.append(("window", box, x.loop, x.skew, behind, tail, size, r))
+            else:
+                axes.append(("size", size))
+        return name, "state" if state is not None else kind, tuple(axes)
+
+    def _buffer_axis(self, plan: tuple) -> BufferAxis:
+        """An axis plan (:meth:`buffer_plans`) at these tiles."""
+        what = plan[0]
+        if what == "size":
+            return BufferAxis(plan[1])
+        if what == "state":
+            return BufferAxis(1, "state", plan[1], plan[2])
+        if what == "box":
+            return BufferAxis(extent.max_length(self._fn(plan[1]), self.loops), "box", plan[1])
+        _, box, loop, skew, behind, tail, size, _ = plan
+        rows = extent.window_rows(self.loops[loop].tile, skew, behind, tail, size)
+        return BufferAxis(size) if rows >= size else BufferAxis(rows, "window", box, loop)
+
+    def internal_buffers(self) -> None:
+        for name, kind, plans in self.buffer_plans():
+            if plans is None:
+                axes = tuple(BufferAxis(n) for n in self.c.shape(name))
+            else:
+                axes = tuple(self._buffer_axis(p) for p in plans)
+                for p, a in zip(plans, axes, strict=True):
+                    if a.base == "window":
+                        self.notes.append(f"{name} keeps a window of {a.extent} along {p[7]} "
+                                          f"(loop {self.loops[p[2]].rank})")
+                if kind != "state" and any(a.base == "window" for a in axes):
+                    kind = "window"
+            b = Buffer(self._name(name, kind), name, kind, axes, self.c.tensors[name].element_bytes)
             self.buffers.append(b)
             self.by_tensor[name] = b.name
 
     # -- streams of off-chip reads --
+    def read_plans(self) -> tuple:
+        """Every off-chip read as the placement decides it (every tiling of the placement shares this): (tensor,
+        member, access index, forms, the recurrence whose initial state it is, that state's axis, the loop on whose
+        first tile alone it is loaded, its depth), in the order :meth:`collect_streams` groups them."""
+        got = self.plans.get("reads")
+        if got is None:
+            out: list[tuple] = []
+            for name in self.lw.live:
+                m = self.ms[name]
+                for k, acc, forms in self.lw.reads[name]:
+                    if acc.tensor not in self.lw.live_set:
+                        out.append(self._read_plan(acc.tensor, name, k, forms))
+                    self._init_read(out, name, k, acc, forms)
+                rec = m.einsum.recurrence
+                if rec is not None and rec.init is not None:  # the state before the first step
+                    forms = tuple(IndexForm(0, (Term(1, r),)) for p, r in enumerate(m.einsum.out_ranks)
+                                  if p != rec.position)
+                    out.append(self._read_plan(rec.init, name, -1, forms, name, rec.position,
+                                               m.ranges[rec.rank].loop))
+            got = self.plans["reads"] = tuple(out)
+        return got
+
     def collect_streams(self) -> None:
         """Every off-chip read, grouped into streams: reads of one tensor loaded in one block whose boxes
         overlap or abut at the first tile (conv taps, ``X[l]`` and ``X[l-1]``, adjacent rows of a packed
         weight) share one box; disjoint parts of a tensor get streams of their own."""
         by_key: dict[tuple, list[_Stream]] = {}
-        for name in self.lw.live:
-            m = self.ms[name]
-            for k, acc, forms in self.lw.reads[name]:
-                if acc.tensor not in self.lw.live_set:
-                    self._add_read(by_key, acc.tensor, name, k, forms)
-                self._init_read(by_key, name, k, acc, forms)
-            rec = m.einsum.recurrence
-            if rec is not None and rec.init is not None:  # the state before the first step
-                forms = tuple(IndexForm(0, (Term(1, r),)) for p, r in enumerate(m.einsum.out_ranks) if p != rec.position)
-                self._add_read(by_key, rec.init, name, -1, forms, name, rec.position, m.ranges[rec.rank].loop)
+        for tensor, member, k, forms, init_of, init_axis, first_of, depth in self.read_plans():
+            box = self._first_box(member, forms, tensor, k)
+            key = (tensor, depth, init_of, first_of)
+            for st in by_key.setdefault(key, []):
+                if _abuts(st.first, box):
+                    st.reads.append((member, k, forms))
+                    st.first = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(st.first, box, strict=True)]
+                    break
+            else:
+                by_key[key].append(_Stream(tensor, depth, [(member, k, forms)], init_of, init_axis, first_of, box))
         for streams in by_key.values():
             self.streams += streams
 
-    def _init_read(self, by_key, name: str, k: int, acc: EffectiveRead, forms: tuple[IndexForm, ...]) -> None:
+    def _init_read(self, out: list[tuple], name: str, k: int, acc: EffectiveRead, forms: tuple[IndexForm, ...]) -> None:
         """A read of a recurrence's tensor that can reach index -1 of its iterative position reads its initial
         state there (on the first tile of the loop that position moves with)."""
         prod = self.c.einsum(acc.tensor) if self.c.producer(acc.tensor) else None
@@ -844,23 +893,16 @@ class _Builder:
         on = {m.ranges[r].loop for r in f.ranks if m.ranges[r].loop is not None}
         first = on.pop() if len(on) == 1 else None
         rest = tuple(x for p, x in enumerate(forms) if p != rec.position)
-        self._add_read(by_key, rec.init, name, k, rest, acc.tensor, rec.position, first)
+        out.append(self._read_plan(rec.init, name, k, rest, acc.tensor, rec.position, first))
 
-    def _add_read(self, by_key, tensor: str, member: str, k: int, forms: tuple[IndexForm, ...],
-                  init_of: str | None = None, init_axis: int | None = None, first_of: int | None = None) -> None:
+    def _read_plan(self, tensor: str, member: str, k: int, forms: tuple[IndexForm, ...], init_of: str | None = None,
+                   init_axis: int | None = None, first_of: int | None = None) -> tuple:
         m = self.ms[member]
         moves = {m.ranges[r].loop for f in forms for r in f.ranks if m.ranges[r].loop is not None}
         depth = max(1 + max(moves) if moves else 0, self.grid)  # every program of a grid loads its own
         if first_of is not None and first_of >= depth:
             first_of = None  # loaded outside that loop anyway
-        box = self._first_box(member, forms, tensor, k)
-        key = (tensor, depth, init_of, first_of)
-        for st in by_key.setdefault(key, []):
-            if _abuts(st.first, box):
-                st.reads.append((member, k, forms))
-                st.first = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(st.first, box, strict=True)]
-                return
-        by_key[key].append(_Stream(tensor, depth, [(member, k, forms)], init_of, init_axis, first_of, box))
+        return tensor, member, k, forms, init_of, init_axis, first_of, depth
 
     def _first_box(self, member: str, forms, tensor: str, k: int = -2) -> list[tuple[int, int]]:
         """The read's box at the first tile of every loop."""
@@ -1108,10 +1150,15 @@ class _Builder:
         fit, hoisting only uses what is left; its accumulator's bytes, :func:`~.ir.accumulator_bytes`)."""
         self.internal_buffers()
         self.collect_streams()
-        for st in self.streams:
-            self._size_stream(st, totals=False)
-        return (sum(b.nbytes for b in self.buffers) + sum(st.nbytes for st in self.streams),
+        return (sum(b.nbytes for b in self.buffers) + sum(self._stream_bytes(st) for st in self.streams),
                 accumulator_bytes(self.buffers))
+
+    def _stream_bytes(self, st: _Stream) -> int:
+        """What the stream's buffer holds (:meth:`_size_stream`'s bytes, without deciding whether it slides)."""
+        n = self.c.tensors[st.tensor].element_bytes
+        for a in self._axes(st):
+            n *= extent.max_length(self._fn(a), self.loops)
+        return n
 
     def build(self) -> GroupSchedule:
         self.internal_buffers()

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mambalaya.cost.model import evaluate
 from mambalaya.errors import MambalayaError
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
 from mambalaya.study.grid import Point
 
 #: Result columns, after a point's label columns (cascade, swept params, arch, overrides).

@@ -14,8 +14,8 @@ from mambalaya.arch import load_arch
 from mambalaya.cost.bounds import ComposedBounds, union_volume
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
-from mambalaya.cost.tiling import tile_options
 from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.tiling import tile_options
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
 
@@ -80,7 +80,7 @@ def test_union_volume_counts_each_element_once(raw) -> None:
 
 def test_the_composed_bound_of_a_shipped_layer_is_below_its_searched_groups() -> None:
     """The default Mamba-2 layer: every legal group of up to four consecutive Einsums at its best tiling."""
-    from mambalaya.cost.tiling import Tiled, best_tiling
+    from mambalaya.mapper.tiling import Tiled, best_tiling
     from mambalaya.parse import open_cascade
 
     c = open_cascade("mamba2")

@@ -13,7 +13,8 @@ from mambalaya.arch import load_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
 from mambalaya.cost.price import matrix_waste, sector_bytes, staged_bytes
-from mambalaya.cost.tiling import (
+from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.tiling import (
     SPREAD_MIN_GAIN,
     SPREAD_MIN_OVERHEAD,
     Tiled,
@@ -22,7 +23,6 @@ from mambalaya.cost.tiling import (
     tile_options,
     tiling_floor,
 )
-from mambalaya.ir.mapping import FusionGroup
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
 from mambalaya.schedule.registers import read_in_place, register_loops

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.cost.latency import compute_seconds, split_latency
-from mambalaya.cost.model import evaluate
 from mambalaya.cost.ops import einsum_ops
 from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.mapper import evaluate
 
 
 def test_memory_bound_unfused(mlp, tiny):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from mambalaya.cost.mapreport import format_map_report, map_report
-from mambalaya.cost.model import evaluate
 from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.mapper import evaluate
+from mambalaya.mapper.mapreport import format_map_report, map_report
 
 CONTRACT = {
     "arch",

@@ -9,9 +9,9 @@ from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import chain_seconds, parallel_fraction
 from mambalaya.cost.model import group_costs
 from mambalaya.cost.price import chain_statements
-from mambalaya.cost.tiling import Tiled, best_tiling
 from mambalaya.errors import ArchError
 from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.tiling import Tiled, best_tiling
 from mambalaya.parse import open_cascade
 
 

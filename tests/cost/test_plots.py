@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mambalaya.cost.model import evaluate
 from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.mapper import evaluate
 from mambalaya.report.plots import figure_bytes, plot_roofline, plot_utilisation, roofline_figure
 
 

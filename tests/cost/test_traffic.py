@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mambalaya.cost.model import evaluate
 from mambalaya.errors import ArchError, MappingError
 from mambalaya.ir.mapping import FusionGroup, Mapping, unfused_mapping
+from mambalaya.mapper import evaluate
 from mambalaya.schedule import ScheduleError
 
 

@@ -17,7 +17,6 @@ hf = pytest.importorskip("hf_reference")
 
 from mambalaya.checkpoint import load_hf_config, model_config  # noqa: E402
 from mambalaya.cli import main  # noqa: E402
-from mambalaya.cost import evaluate  # noqa: E402
 from mambalaya.errors import WeightsError  # noqa: E402
 from mambalaya.exec.generate import (  # noqa: E402
     generate,
@@ -26,6 +25,7 @@ from mambalaya.exec.generate import (  # noqa: E402
     predict_generation,
     read_prompt_ids,
 )
+from mambalaya.mapper import evaluate  # noqa: E402
 
 #: Small mixers of each family (Mamba-2: two groups, chunks of 4 so a prompt spans several).
 SMALL = {"mamba1": {"d_model": 32, "d_state": 8}, "mamba2": {"d_model": 32, "d_state": 8, "headdim": 8, "ngroups": 2,

@@ -19,7 +19,6 @@ from small_cascades import small_cascade  # noqa: E402
 from triton_scope import unbound_reads  # noqa: E402
 
 from mambalaya.arch import load_arch  # noqa: E402
-from mambalaya.cost.heuristics import unfused_baseline  # noqa: E402
 from mambalaya.exec.backend import execute  # noqa: E402
 from mambalaya.exec.reference import random_inputs  # noqa: E402
 from mambalaya.exec.triton_backend import TOLERANCES, triton_available  # noqa: E402
@@ -27,6 +26,7 @@ from mambalaya.exec.triton_codegen import TritonOptions, group_kernel_source  # 
 from mambalaya.exec.verify import verify_mapping  # noqa: E402
 from mambalaya.ir.mapping import FusionGroup, Mapping  # noqa: E402
 from mambalaya.mapper import optimal_mapping  # noqa: E402
+from mambalaya.mapper.heuristics import unfused_baseline  # noqa: E402
 from mambalaya.parse import open_cascade  # noqa: E402
 from mambalaya.schedule import lower_mapping  # noqa: E402
 

@@ -14,12 +14,12 @@ from small_cascades import SMALL, small_cascade
 
 from mambalaya.analysis import analyze_group
 from mambalaya.arch import load_arch
-from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.legality import plain_loop_order
 from mambalaya.errors import MambalayaError
 from mambalaya.exec.verify import verify_mapping
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.parse import open_cascade
 
 ARCHS = ("imax3", "mambalaya", "marca", "h100", "h200")

@@ -8,12 +8,12 @@ import pytest
 
 from mambalaya.arch import load_arch
 from mambalaya.arch.spec import shipped_archs
-from mambalaya.cost import evaluate
 from mambalaya.exec.backend import execute
 from mambalaya.exec.reference import run_reference
 from mambalaya.exec.triton_backend import triton_available
 from mambalaya.ir.functions import FUNCTIONS
 from mambalaya.ir.mapping import FusionGroup, Mapping
+from mambalaya.mapper import evaluate
 from mambalaya.parse import parse_cascade_text
 from mambalaya.schedule import lower_mapping
 

@@ -230,7 +230,7 @@ def test_a_chain_optimum_is_no_worse_than_one_group_over_both_layers(text: str, 
     layers beats it; with the crossing groups capped below the chain's size, the result says what it left out
     and is not called optimal."""
     from mambalaya.cost.context import CostContext
-    from mambalaya.cost.tiling import Tiled, best_tiling
+    from mambalaya.mapper.tiling import Tiled, best_tiling
 
     layer = parse_cascade_text(text)
     r = optimal_mapping(layer, arch, layers=2)

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from random_cascade import cascade_text
 
 from mambalaya.arch import load_arch
-from mambalaya.cost import evaluate
 from mambalaya.errors import MappingError
 from mambalaya.exec.reference import random_inputs, run_reference
 from mambalaya.ir.chain import chain_layers
-from mambalaya.mapper import map_command_result, optimal_mapping
+from mambalaya.mapper import evaluate, map_command_result, optimal_mapping
 from mambalaya.mapper.solver import Problem, Solution, cheapest_covers, quotient_cycle, solve
 from mambalaya.parse import open_cascade, parse_cascade_text
 

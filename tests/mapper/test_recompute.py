@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 from mapper.test_mapper import _same, cascades
 from small_cascades import small_cascade
 
-from mambalaya.cost import evaluate
 from mambalaya.errors import MappingError
 from mambalaya.exec.verify import verify_mapping
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
 from mambalaya.mapper.recompute import recomputable
 from mambalaya.parse import open_cascade, parse_cascade_text
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.arch import load_arch
-from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
-from mambalaya.cost.model import evaluate
 from mambalaya.exec.verify import verify_mapping
 from mambalaya.ir.mapping import Mapping
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
+from mambalaya.mapper.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.mapper.space import build_space
 from mambalaya.parse import open_cascade
 

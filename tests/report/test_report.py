@@ -181,8 +181,8 @@ def test_gpu_archs_say_how_each_group_runs_as_triton_kernels() -> None:
     other archs have no such section."""
     from dataclasses import replace
 
-    from mambalaya.cost import evaluate
     from mambalaya.ir.mapping import FusionGroup, Mapping
+    from mambalaya.mapper import evaluate
     from mambalaya.report.content import codegen_table, study
 
     c = open_cascade("mlp2")

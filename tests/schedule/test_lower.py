@@ -131,3 +131,39 @@ def test_a_placement_is_not_shared_with_a_tile_its_pieces_refuse() -> None:
         lower(3)
     assert lower(2).members == four.members
     assert lower(4) == four
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(st.data())
+def test_the_occupancy_probe_is_the_built_schedules_before_hoisting(data) -> None:
+    """The fit test (:func:`group_occupancy`: the buffer and read plans of the placement, sized at the tiles) holds
+    exactly what the built schedule holds when nothing is hoisted (no capacity to hoist into): every buffer, on
+    random groups and tiles of random cascades and of the default Mamba-2, sequential and GPU."""
+    from analysis.cascades import random_cascades
+
+    from mambalaya.cost.context import CostContext
+    from mambalaya.mapper.tiling import tile_options
+    from mambalaya.parse.cascade_file import cascade_from_dict
+    from mambalaya.schedule import group_occupancy, lower_group
+
+    c = cascade_from_dict(data.draw(random_cascades(max_einsums=5))) if data.draw(st.booleans()) else \
+        open_cascade("mamba2")
+    an = CostContext(c, "cpu").analysis
+    names = c.einsum_names
+    i = data.draw(st.integers(0, len(names) - 1))
+    members = tuple(names[i:i + data.draw(st.integers(1, 6))])
+    assume(an.legal(members))
+    lw = Lowerer(c, an)
+    loops = [r for r, _ in an.tileable(members) if tile_options(c.rank_size(r))]
+    tiled = data.draw(st.sets(st.sampled_from(loops), max_size=3)) if loops else set()
+    tiles = {r: data.draw(st.sampled_from(tile_options(c.rank_size(r)))) for r in tiled}
+    group = FusionGroup(members, an.loop_order(members), tiles)
+    stored = CostContext(c, "cpu").stored_alone(members)
+    for policy in (Policy(), Policy(gpu=True)):
+        try:
+            sched = lower_group(c, group, lw.model(members), lw.forms, stored, policy)
+        except ScheduleError:
+            continue
+        if policy.gpu and sched.grid:
+            continue  # (a grid's schedule is placed again with its grid loops: the probe sizes the first placement)
+        assert group_occupancy(c, group, lw.model(members), lw.forms, stored, policy)[0] == sched.occupancy_bytes

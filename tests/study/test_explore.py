@@ -10,9 +10,8 @@ import pytest
 
 from mambalaya.arch import load_arch
 from mambalaya.cli import main
-from mambalaya.cost import evaluate
 from mambalaya.errors import MambalayaError
-from mambalaya.mapper import optimal_mapping
+from mambalaya.mapper import evaluate, optimal_mapping
 from mambalaya.parse import open_cascade
 from mambalaya.study import explore
 from mambalaya.study.output import parse_ranges

@@ -13,10 +13,23 @@ from __future__ import annotations
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.tiling import Tiled, best_tiling
+from mambalaya.cost.model import CostReport
+from mambalaya.cost.model import evaluate as evaluate_mapping
 from mambalaya.errors import MappingError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import Mapping
+from mambalaya.mapper.tiling import Tiled, best_tiling
+
+
+def evaluate(cascade: Cascade, arch: Arch | str, mapping: Mapping | None = None, *,
+             ctx: CostContext | None = None) -> CostReport:
+    """The cost of ``mapping`` of ``cascade`` on ``arch`` (:func:`mambalaya.cost.evaluate`); without one, of the
+    unfused baseline (:func:`unfused_baseline`: every Einsum alone at its best tiling, since an untiled Einsum of a
+    published layer rarely fits a buffer whole)."""
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    ctx = ctx or CostContext(cascade, arch)
+    return evaluate_mapping(cascade, arch, unfused_baseline(cascade, arch, ctx=ctx) if mapping is None else mapping,
+                            ctx=ctx)
 
 
 def _tiled(ctx: CostContext, einsums: tuple[str, ...]) -> Tiled:

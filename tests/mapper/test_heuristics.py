@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
-from mambalaya.cost.mapreport import map_report
-from mambalaya.cost.model import evaluate
+from mambalaya.mapper import evaluate
+from mambalaya.mapper.heuristics import greedy_mapping, unfused_baseline
+from mambalaya.mapper.mapreport import map_report
 from mambalaya.parse import open_cascade
 
 

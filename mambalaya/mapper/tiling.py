@@ -72,6 +72,15 @@ class Untileable:
     bound: GroupCost | None = None  # a lower bound on every tiling's cost, when the search gave up on it
 
 
+@dataclass(frozen=True)
+class NoFit:
+    """Why one tiling has no cost: the schedule refuses it (``refused``), or it needs more on chip than the arch
+    has (its buffers, or its partial sums in registers)."""
+
+    reason: str
+    refused: bool = False
+
+
 def score(cost: GroupCost, objective: str) -> Score:
     return (cost.latency_s, float(cost.traffic_bytes)) if objective == "latency" else \
         (float(cost.traffic_bytes), cost.latency_s)
@@ -116,19 +125,19 @@ class _Search:
         tileable = {r for r, _ in ctx.analysis.tileable(einsums)}
         self.loops = [r for r in self.order if r in tileable]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
-        self.seen: dict[tuple, GroupCost | str] = {}
+        self.seen: dict[tuple, GroupCost | NoFit] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
         self.refusals: dict[str, None] = {}  # why, in the order met (a group no tiling fits names them)
-        self.why: dict[tuple, str] = {}  # why the quick occupancy says a tiling does not fit
+        self.why: dict[tuple, NoFit] = {}  # why the quick occupancy says a tiling does not fit
         self.cap = ctx.arch.fusion_buffer_bytes
         self.acc = ctx.arch.accumulator_bytes  # 0: partial sums live in the fusion buffer, no register limit
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
         self.untiled = None  # the untiled schedule, once lowered
         self._bound: list = []  # bound(), once computed
 
-    def cost(self, tiles: dict[str, int]) -> GroupCost | str:
+    def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
         key = tuple(sorted(tiles.items()))
         got = self.seen.get(key)
@@ -137,17 +146,17 @@ class _Search:
             try:
                 sched = self.ctx.lower(group, self.stored, check=False)
             except ScheduleError as err:
-                got = str(err)
-                self.refusals[got] = None
+                got = NoFit(str(err), refused=True)
+                self.refusals[got.reason] = None
             else:
                 if not key:
                     self.untiled = sched
                 need = sched.occupancy_bytes
                 self.least = need if self.least is None else min(self.least, need)
                 if need > self.cap:
-                    got = f"needs {need} bytes on chip"
+                    got = NoFit(f"needs {need} bytes on chip")
                 elif self.acc and sched.accumulator_bytes > self.acc:
-                    got = f"needs {sched.accumulator_bytes} bytes of partial sums in registers"
+                    got = NoFit(f"needs {sched.accumulator_bytes} bytes of partial sums in registers")
                 else:
                     got, rows, _ = group_costs(self.ctx, sched)
                     self.rows[key] = tuple(rows)
@@ -165,7 +174,7 @@ class _Search:
                 try:
                     need, acc = self.ctx.occupancy(FusionGroup(self.einsums, self.order, dict(tiles)), self.stored)
                 except ScheduleError as err:
-                    self.seen[key] = str(err)
+                    self.seen[key] = NoFit(str(err), refused=True)
                     self.refused.add(key)
                     self.refusals[str(err)] = None
                     got = False
@@ -173,8 +182,8 @@ class _Search:
                     self.least = need if self.least is None else min(self.least, need)
                     got = need <= self.cap and (not self.acc or acc <= self.acc)
                     if not got:  # (an upper bound: the built schedule may need less, so cost() may still try it)
-                        self.why[key] = (f"needs {need} bytes on chip" if need > self.cap
-                                         else f"needs {acc} bytes of partial sums in registers")
+                        self.why[key] = NoFit(f"needs {need} bytes on chip" if need > self.cap
+                                              else f"needs {acc} bytes of partial sums in registers")
             self.fit[key] = got
         return got
 
@@ -209,7 +218,7 @@ class _Search:
     def why_none(self) -> str:
         """Why no tiling fits: the least it needs on chip, and what the schedule refused of the tilings that could
         hold less (a max over a tiled rank, a floor read along a tiled loop, ...)."""
-        needs = [v for v in (*self.seen.values(), *self.why.values()) if isinstance(v, str) and v not in self.refusals]
+        needs = [v.reason for v in (*self.seen.values(), *self.why.values()) if isinstance(v, NoFit) and not v.refused]
         said = needs[0] if needs else "no tiling fits"
         if self.least is not None and needs:
             said = f"needs {self.least} bytes on chip at least"
@@ -481,5 +490,5 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
     return best  # type: ignore[return-value]
 
 
-__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "Tiled", "Untileable", "best_tiling", "score", "search_order",
+__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "NoFit", "Tiled", "Untileable", "best_tiling", "score", "search_order",
            "search_orders", "tile_options", "tiling_floor"]

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from mambalaya.arch import load_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
-from mambalaya.cost.tiling import _Search, tile_options
 from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.tiling import NoFit, _Search, tile_options
 from mambalaya.parse import open_cascade
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
@@ -61,7 +61,7 @@ def test_a_diagonal_read_bounds_without_its_sparse_load() -> None:
     assert lb.traffic_bytes == 4 * 4  # T2's store alone
     for t in tile_options(4):
         got = s.cost({"i": t})
-        if not isinstance(got, str):
+        if not isinstance(got, NoFit):
             assert got.traffic_bytes >= lb.traffic_bytes and got.latency_s >= lb.latency_s
     whole = _Search(ctx, ("T0",), "latency", None).bound()
     assert whole.traffic_bytes == 2 * 16 * 4  # a dense copy: its load and store both count
@@ -96,7 +96,7 @@ def test_a_batched_gemm_on_an_arch_without_slots_is_tiled_near_its_bound() -> No
     """MARCA's X0 (mamba-1.4b, batch 64, seqlen 2^17): every starting tiling kept the partial sums whole along
     the batch and re-read the input per tile (281 TB, 225x the bound); the local search from the best start
     finds a tiling within DESCEND_BEYOND of the bound."""
-    from mambalaya.cost.tiling import DESCEND_BEYOND, best_tiling
+    from mambalaya.mapper.tiling import DESCEND_BEYOND, best_tiling
 
     c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 131072})
     ctx = CostContext(c, load_arch("marca"))
@@ -111,7 +111,7 @@ def test_a_scan_whose_least_tiles_overflow_fits_with_its_recurrence_whole() -> N
     kept across the tiles of l (33 MB, over mambalaya's buffer); with l whole each tile holds its own. The
     bound once called the scan untileable from the least tiles alone, so the mapper never grew a group
     around it (its optimum left the scan alone: 118 ms a layer where fusing it costs 31)."""
-    from mambalaya.cost.tiling import Tiled, best_tiling
+    from mambalaya.mapper.tiling import Tiled, best_tiling
 
     c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 2048})
     ctx = CostContext(c, load_arch("mambalaya"))
@@ -136,7 +136,7 @@ def _every_tiling(s):
 def test_untileable_only_when_no_tiling_fits(data_cascade, log_cap) -> None:
     """A group's search calls it untileable (and the mapper drops it) only when no tiling at all fits by the same
     occupancy: every combination of tiles, loops whole included (a brute force)."""
-    from mambalaya.cost.tiling import Untileable, best_tiling
+    from mambalaya.mapper.tiling import Untileable, best_tiling
 
     c = cascade_from_dict(data_cascade)
     ctx = CostContext(c, load_arch("mambalaya").with_overrides(fusion_buffer_bytes=2**log_cap))
@@ -156,7 +156,7 @@ def test_untileable_only_when_no_tiling_fits(data_cascade, log_cap) -> None:
 def test_a_scan_is_untileable_only_when_no_tiling_fits(batch, seqlen, channels, log_cap) -> None:
     """The same brute force on a recurrence with a readout (the shape of the bug: a recurrence's loop tiled
     keeps every channel's state across its tiles)."""
-    from mambalaya.cost.tiling import Untileable, best_tiling
+    from mambalaya.mapper.tiling import Untileable, best_tiling
 
     c = cascade_from_dict({
         "name": "scan", "params": {"B": batch, "L": seqlen, "D": channels},
@@ -175,7 +175,7 @@ def test_a_scan_at_a_million_tokens_runs_its_recurrence_innermost() -> None:
     """At 2^20 tokens no tile holds a whole sequence, and with the recurrence's loop outermost the scan keeps
     (or re-reads) every channel's state across the sequence's tiles: the search also tries the recurrence's
     loop innermost, and that order is the better one here."""
-    from mambalaya.cost.tiling import Tiled, best_tiling, search_orders
+    from mambalaya.mapper.tiling import Tiled, best_tiling, search_orders
 
     c = open_cascade("mamba1", model="mamba-1.4b", params={"batch": 64, "seqlen": 1 << 20})
     ctx = CostContext(c, load_arch("mambalaya"))

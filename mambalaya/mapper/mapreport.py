@@ -14,13 +14,12 @@ from typing import Any
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.heuristics import greedy_mapping, unfused_baseline
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import Mapping
-
-OBJECTIVES = ("latency", "traffic")
+from mambalaya.mapper.heuristics import greedy_mapping, unfused_baseline
+from mambalaya.mapper.space import OBJECTIVES
 
 
 def _score(report: CostReport, objective: str) -> tuple[float, float]:
