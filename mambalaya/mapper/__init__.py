@@ -286,8 +286,10 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         stalled = len(rounds) > LAZY_STALL_ROUNDS and \
             pruned - rounds[-1 - LAZY_STALL_ROUNDS][0] < searched - rounds[-1 - LAZY_STALL_ROUNDS][1]
         if (bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP) or searched > pruned + LAZY_SEARCH_BASE or stalled:
-            # the bounds are loose, or pruning saves fewer searches than the loop spends: the eager space
-            space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster)
+            # the bounds are loose, or pruning saves fewer searches than the loop spends: the eager space, less
+            # what the pruning has proven out
+            space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster,
+                                exclude=frozenset(space.pruned))
             continue
         pruned += prune_by_covers(space, problem, cands)
         gaps += refine(space, picked)
@@ -323,6 +325,7 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> i
     gone = {cands[i].einsums for i, t in enumerate(through)
             if not cands[i].exact and (t is None or t > real + slack)}
     space.candidates = [c for c in space.candidates if c.exact or c.einsums not in gone]
+    space.pruned |= gone
     return len(gone)
 
 

@@ -96,6 +96,9 @@ class Space:
     lazy: bool = False  # some candidates carry a lower bound, refined (:func:`refine`) when a solve picks them
     #: what a size cap left out of the space (None: nothing): a solve over it is then no proof of the optimum
     left_out: str | None = None
+    #: groups proven in no optimal cover, unsearched (:func:`mambalaya.mapper.prune_by_covers`): an eager space built
+    #: after the lazy one leaves them out (still growing from them)
+    pruned: set[tuple[str, ...]] = field(repr=False, default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -350,21 +353,30 @@ def _dominated(c: Choice, split: Score, objective: str) -> bool:
     return own[0] > split[0] * (1 + TIE) or own[1] >= split[1]
 
 
+#: What an eager space holds for a group a lazy one proved in no optimal cover: grown from, never searched.
+_PROVEN_OUT = Dominated((), (float("inf"), float("inf")), (float("inf"), float("inf")))
+
+
 def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max_size: int | None = None,
-                ctx: CostContext | None = None, lazy: bool = False, coster: Coster | None = None) -> Space:
+                ctx: CostContext | None = None, lazy: bool = False, coster: Coster | None = None,
+                exclude: frozenset[tuple[str, ...]] = frozenset()) -> Space:
     """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost.
 
     ``lazy``: a group of several Einsums is given a lower bound on its cost (one lowering, no tile search,
     no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
     exact is optimal, since every other candidate costs at least its bound. ``coster``: a lazy space's, whose
     searches and bounds an eager space reuses; without it and ``ctx``, the cascade's shared one
-    (:func:`shared_coster`)."""
+    (:func:`shared_coster`). ``exclude``: groups proven in no optimal cover (a lazy space's ``pruned``), grown
+    from but neither searched nor offered."""
     if coster is None:
         coster = shared_coster(cascade, arch, objective) if ctx is None else Coster(cascade, arch, objective, ctx)
     if not arch.can_fuse:
         max_size = 1
     kept: dict[tuple[str, ...], Choice | Rejected | Dominated] = {}
-    judge = coster.estimate if lazy else coster.choose
+    estimate = coster.estimate if lazy else coster.choose
+
+    def judge(members: tuple[str, ...]) -> Choice | Rejected | Dominated:
+        return _PROVEN_OUT if members in exclude else estimate(members)
 
     def keep(members: tuple[str, ...]) -> bool:  # dominated groups are grown: a superset may pay
         ch = kept.get(members)
@@ -388,7 +400,8 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     space.lazy = lazy
     space.best = coster.best
     space.grown = {m for m, ch in kept.items() if not isinstance(ch, Rejected)}
-    space.dominated = sum(isinstance(ch, Dominated) for ch in kept.values())
+    space.dominated = sum(isinstance(ch, Dominated) and ch is not _PROVEN_OUT for ch in kept.values())
+    space.pruned = set(exclude)
     space.coster = coster
     if groups.truncated and max_size is not None and arch.can_fuse:
         space.left_out = f"groups of more than {max_size} Einsums (the size cap; some groups at it could grow)"

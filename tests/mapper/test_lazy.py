@@ -92,6 +92,43 @@ def test_a_cascade_mapped_again_reuses_its_searches(monkeypatch) -> None:
 
 
 
+def test_the_eager_space_after_pruning_leaves_the_pruned_groups_unsearched(monkeypatch) -> None:
+    """Once the lazy loop gives up (here: at the first round after its pruning found something), the eager space it
+    builds leaves out what the pruning proved in no optimal cover: none of those groups is searched, and the optimum
+    is the eager one."""
+    import mambalaya.mapper as mapper
+    from mambalaya.mapper import space as sp
+
+    c, arch = small_cascade("mamba2"), load_arch("cpu")
+    eager = optimal_mapping(c, arch, lazy=False)
+    sp.clear_shared()
+    monkeypatch.setattr(mapper, "LAZY_MAX_GAP", float("inf"))
+    monkeypatch.setattr(mapper, "LAZY_STALL_ROUNDS", 10**9)
+    pruned: set = set()
+    searched: list = []
+    excluded: list = []
+    real_prune, real_search, real_build = mapper.prune_by_covers, sp.best_tiling, mapper.build_space
+
+    def prune(space, problem, cands):
+        n = real_prune(space, problem, cands)
+        pruned.update(space.pruned)
+        if pruned:  # (the next round goes eager)
+            monkeypatch.setattr(mapper, "LAZY_SEARCH_BASE", -10**9)
+        return n
+
+    def build(*a, **k):
+        excluded.append(k.get("exclude", frozenset()))
+        return real_build(*a, **k)
+
+    monkeypatch.setattr(mapper, "prune_by_covers", prune)
+    monkeypatch.setattr(mapper, "build_space", build)
+    monkeypatch.setattr(sp, "best_tiling", lambda *a, **k: searched.append(tuple(a[1])) or real_search(*a, **k))
+    lazy = optimal_mapping(c, arch, lazy=True)
+    assert len(excluded) == 2 and excluded[1] == pruned and pruned  # (the lazy space, then the eager one)
+    assert not pruned & set(searched)
+    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
+
+
 def test_a_bound_whose_cheapest_cover_costs_more_than_a_searched_cover_is_pruned() -> None:
     """A -> B -> C, singletons searched at 10 each (a cover of 30): the bound AB at 25 is in no cover under 35, so
     it goes unsearched; BC at 5 (a cover of 15) stays, and so do the searched ones."""
@@ -108,9 +145,10 @@ def test_a_bound_whose_cheapest_cover_costs_more_than_a_searched_cover_is_pruned
              cand(("B", "C"), 5, False)]
     problem = Problem(("A", "B", "C"), (("A", "B"), ("B", "C")), tuple(c.einsums for c in cands),
                       tuple(int(c.latency_s) * 1000 for c in cands))
-    space = SimpleNamespace(candidates=list(cands))
+    space = SimpleNamespace(candidates=list(cands), pruned=set())
     assert prune_by_covers(space, problem, cands) == 1
     assert [c.einsums for c in space.candidates] == [("A",), ("B",), ("C",), ("B", "C")]
+    assert space.pruned == {("A", "B")}  # (an eager space built after leaves it out)
 
 
 @pytest.mark.slow
