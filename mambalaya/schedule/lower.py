@@ -195,6 +195,7 @@ class _Stream:
     elements: int = 0
     executions: int = 0
     nbytes: int = 0
+    boxes: tuple[AxisBox, ...] | None = None  # its box per axis, once asked (:meth:`_Builder._axes`)
 
 
 def _abuts(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
@@ -728,6 +729,7 @@ class _Builder:
         self.notes = list(lw.notes)
         self.fns: dict[AxisBox, extent.AxisFn] = lw.fns  # (its placement's: shared by every tiling of it)
         self.plans: dict = lw.plans  # (its placement's too: :meth:`buffer_plans`, :meth:`read_plans`)
+        self._first_tiles: dict | None = None  # every loop's first tile (:meth:`_first_box`)
         self.absorbed = {c: r for r, cs in lw.scans.items() for c in cs}  # scan consumer -> its recurrence
 
     def _fn(self, axis: AxisBox) -> extent.AxisFn:
@@ -908,7 +910,9 @@ class _Builder:
         """The read's box at the first tile of every loop."""
         if not self.loops:
             return self.forms.whole_box(member, k, forms, tensor)
-        state = {j: extent.tile_of(lp, 0) for j, lp in enumerate(self.loops)}
+        state = self._first_tiles
+        if state is None:
+            state = self._first_tiles = {j: extent.tile_of(lp, 0) for j, lp in enumerate(self.loops)}
         rr = self.ms[member].ranges
         out = []
         for f, size in zip(forms, self.c.shape(tensor), strict=True):
@@ -918,6 +922,8 @@ class _Builder:
 
     def _axes(self, st: _Stream) -> tuple[AxisBox, ...]:
         """The stream's box, per axis (kept with the placement: its reads and depth decide it)."""
+        if st.boxes is not None:
+            return st.boxes
         key = (st.tensor, st.init_of, st.depth, tuple((mb, k) for mb, k, _ in st.reads))
         got = self.fns.get(key)
         if got is None:
@@ -928,6 +934,7 @@ class _Builder:
                                   if (j := self.ms[mb].ranges[r].loop) is not None and j < st.depth)
                 out.append(AxisBox(size, reads, moves))
             got = self.fns[key] = tuple(out)
+        st.boxes = got
         return got
 
     def _size_stream(self, st: _Stream, totals: bool = True) -> None:
