@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import networkx as nx
+import numpy as np
 
 from mambalaya.errors import MappingError
 
@@ -439,6 +440,9 @@ class _Downsets:
             self.outside.append(p & ~m)  # its producers outside it: the downset must hold them
             covered |= m
         self.n, self.full = len(pos), (1 << len(pos)) - 1
+        # (up to 64 Einsums the steps from a downset are found for every candidate at once)
+        self.vector = (np.array(self.masks, dtype=np.uint64), np.array(self.outside, dtype=np.uint64)) \
+            if self.n <= 64 else None
         if covered != self.full:
             missing = next(e for e, i in pos.items() if not covered >> i & 1)
             raise MappingError(f"no candidate group contains Einsum {missing}")
@@ -460,9 +464,13 @@ class _Downsets:
                 if deadline is not None and self.visited % 256 == 0 and time.perf_counter() > deadline:
                     raise MappingError(f"method 'downsets' exceeded its {time_limit_s} s limit")
                 free = ~d
-                for i, m in enumerate(masks):
-                    if m & d or outside[i] & free:
-                        continue
+                if self.vector is not None:
+                    steps = np.flatnonzero(((self.vector[0] & np.uint64(d)) == 0)
+                                           & ((self.vector[1] & np.uint64(self.full & free)) == 0)).tolist()
+                else:
+                    steps = [i for i, m in enumerate(masks) if not (m & d or outside[i] & free)]
+                for i in steps:
+                    m = masks[i]
                     nd = d | m
                     if nd not in seen:
                         seen.add(nd)
