@@ -291,7 +291,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
             space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster,
                                 exclude=frozenset(space.pruned))
             continue
-        pruned += prune_by_covers(space, problem, cands)
+        prune_by_covers(space, problem, cands)
+        pruned = len(space.pruned)
         gaps += refine(space, picked)
     solve_s = time.perf_counter() - start
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]

@@ -362,8 +362,8 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
                 exclude: frozenset[tuple[str, ...]] = frozenset()) -> Space:
     """Enumerate legal candidate groups (connected, convex, fitting) with their best tiling and cost.
 
-    ``lazy``: a group of several Einsums is given a lower bound on its cost (one lowering, no tile search,
-    no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
+    ``lazy``: a group of several Einsums is given a lower bound on its cost (its composed bound: no lowering, no
+    tile search, no dominance test) and searched only when a solve picks it (:func:`refine`): a solve whose picks are all
     exact is optimal, since every other candidate costs at least its bound. ``coster``: a lazy space's, whose
     searches and bounds an eager space reuses; without it and ``ctx``, the cascade's shared one
     (:func:`shared_coster`). ``exclude``: groups proven in no optimal cover (a lazy space's ``pruned``), grown

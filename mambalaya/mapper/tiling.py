@@ -187,13 +187,17 @@ class _Search:
             self.fit[key] = got
         return got
 
+    def least_tiles(self) -> dict[str, int]:
+        """Every tileable loop at its smallest admitted tile (the least any tiling of them holds on chip)."""
+        return {r: opts[-1] for r in self.loops if (opts := tile_options(self.size[r]))}
+
     def least_fitting(self) -> dict[str, int] | None:
         """A tiling at the least tiles of some set of tiled loops that fits (the others whole), or None when none
         does: then no tiling fits. Occupancy grows with the tiles of a fixed set of tiled loops, but not with the
         set: a loop left whole can keep another buffer per tile (Mamba-1's scan with its recurrence rank ``l``
         tiled keeps the state of every ``b, d, n`` across its tiles, 33 MB at the least tiles; with ``l`` whole
         each tile holds its own, 1 KB), so every set is tried, the most tiled first."""
-        least = {r: opts[-1] for r in self.loops if (opts := tile_options(self.size[r]))}
+        least = self.least_tiles()
         ranks = list(least)
         for k in range(len(ranks), -1, -1):
             for kept in itertools.combinations(ranks, k):
@@ -207,7 +211,7 @@ class _Search:
         occupancy says so by more than QUICK_OCCUPANCY_SLACK times the capacity, or their schedule is built and
         does not), nor do they with some loops whole (:meth:`least_fitting`). A schedule's occupancy grows with
         its tiles, so then none does; the mapper's lazy space meets many such groups (its bounds do not probe)."""
-        least = {r: opts[-1] for r in self.loops if (opts := tile_options(self.size[r]))}
+        least = self.least_tiles()
         if not least or self.fits(least) or tuple(sorted(least.items())) in self.refused:
             return False
         if self.least is not None and self.least <= QUICK_OCCUPANCY_SLACK * self.cap and \
@@ -440,7 +444,7 @@ class _Search:
             if isinstance(c, GroupCost) and (best is None or score(c, self.objective) < score(best[1], self.objective)):
                 best = (tiles, c)
         if best is None:  # the quick occupancy (fits) is an upper bound: the built schedule may still fit
-            least = {r: tile_options(self.size[r])[-1] for r in self.loops if tile_options(self.size[r])}
+            least = self.least_tiles()
             c = self.cost(least)
             if isinstance(c, GroupCost):
                 best = (least, c)
