@@ -7,6 +7,14 @@ modelled speedup over unfused, the groups fused and the peak process RSS (getrus
     PYTHONPATH=. python benchmarks/bench_mapper.py [--layers 1 8 64] [--seqlens 2048 16384 131072 1048576]
     PYTHONPATH=. python benchmarks/bench_mapper.py --optimum          # groups per arch, seqlen 4096
     PYTHONPATH=. python benchmarks/bench_mapper.py --render a.json b.json   # merge runs into mapper.md
+    PYTHONPATH=. python benchmarks/bench_mapper.py --published [--archs A ...]   # the user's view, below
+
+``--published`` times what a user runs: ``mambalaya map ... --json``, one fresh process per point (nothing
+cached, OR-Tools and the cascade loaded inside the wall time), at the shipped cascades' default sizes and at
+published sizes (mamba2-370m and mamba-370m at seqlen 4096, mamba-1.4b at batch 64 seqlen 2048, mamba2-2.7b at
+seqlen 16384; 64 layers of the 370m models at seqlen 2048), on every arch: the CLI's wall time, the mapping time
+it reports (``solve_s``: space construction and solve), the optimum and the process's peak RSS. Writes
+``benchmarks/results/mapper_published.md`` (and ``.json``).
 
 The committed results (``benchmarks/results/mapper.md``) come from:
 
@@ -25,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,6 +85,75 @@ def run_one(name: str, arch: str, seqlen: int | None, layers: int, batch: int, m
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+#: (cascade, model or None for the default sizes, --set params, layers, archs or None for all): ``--published``
+PUBLISHED = [("mamba2", None, {}, 1, None), ("mamba1", None, {}, 1, None), ("mamba2-decode", None, {}, 1, None),
+             ("mamba1-decode", None, {}, 1, None),
+             ("mamba2", "mamba2-370m", {"seqlen": 4096}, 1, None), ("mamba1", "mamba-370m", {"seqlen": 4096}, 1, None),
+             ("mamba1", "mamba-1.4b", {"batch": 64, "seqlen": 2048}, 1, None),
+             ("mamba2", "mamba2-2.7b", {"seqlen": 16384}, 1, None),
+             ("mamba2", "mamba2-370m", {"seqlen": 2048}, 64, ("mambalaya", "marca")),
+             ("mamba1", "mamba-370m", {"seqlen": 2048}, 64, ("mambalaya", "marca"))]
+
+
+def cli_point(name: str, model: str | None, params: dict, layers: int, arch: str, timeout: float) -> dict:
+    """One ``mambalaya map --json`` in a fresh process: its wall time, the mapping time it reports, its peak RSS."""
+    cmd = [sys.executable, "-m", "mambalaya.cli", "map", name, "--arch", arch, "--json"]
+    cmd += ["--model", model] if model else []
+    cmd += [x for k, v in params.items() for x in ("--set", f"{k}={v}")]
+    cmd += ["--layers", str(layers)] if layers > 1 else []
+    row = {"cascade": name, "model": model or "default", "params": params, "layers": layers, "arch": arch}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return row | {"wall_s": time.perf_counter() - t0, "error": f"over {timeout:.0f} s"}
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # (the largest child so far)
+    if proc.returncode:
+        return row | {"wall_s": wall, "error": (err.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
+    got = json.loads(out)
+    return row | {"wall_s": wall, "map_s": got["solve_s"], "peak_mib_so_far": rss, "optimal": got["optimal"],
+                  "latency_s": got["latency_s"], "speedup": got["speedup"], "candidates": got["candidates"],
+                  "pruned": got.get("pruned"), "groups": len(got["groups"])}
+
+
+def _pruned(p: dict | None) -> str:
+    return "-" if not p else f"{p.get('by_cover_bound', 0)} / {p.get('dominated_by_split', 0)} / {p.get('searched', 0)}"
+
+
+def published(archs: list[str], timeout: float, out: Path) -> int:
+    rows = []
+    for name, model, params, layers, only in PUBLISHED:
+        for arch in [a for a in archs if only is None or a in only]:
+            row = cli_point(name, model, params, layers, arch, timeout)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")  # (a killed run keeps its rows)
+    head = "| cascade | model | sizes | layers | arch | map s | CLI wall s | optimal | latency | groups | candidates | pruned: by bound / by split / searched |"
+    lines = ["# The mapper as a user runs it", "",
+             f"`mambalaya map CASCADE [--model M] [--set k=v] [--layers N] --arch A --json`, one fresh process a point, "
+             f"on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d')}): `map s` is the mapping time the CLI reports "
+             "(`solve_s`: space construction and solve), `CLI wall s` the whole process (Python start, imports, "
+             "parsing, report). Command: `PYTHONPATH=. python benchmarks/bench_mapper.py --published`. "
+             f"Peak RSS of the largest process: {max((r.get('peak_mib_so_far', 0) for r in rows), default=0):.0f} MiB.",
+             "", head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        sizes = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
+        if "error" in r:
+            lines.append(f"| {r['cascade']} | {r['model']} | {sizes} | {r['layers']} | {r['arch']} | - | "
+                         f"{r['wall_s']:.1f} | {r['error']} | | | | |")
+            continue
+        lines.append(f"| {r['cascade']} | {r['model']} | {sizes} | {r['layers']} | {r['arch']} | {r['map_s']:.2f} | "
+                     f"{r['wall_s']:.2f} | {r['optimal']} | {r['latency_s'] * 1e3:.4g} ms | {r['groups']} | "
+                     f"{r['candidates']} | {_pruned(r['pruned'])} |")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 8, 64])
@@ -89,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(OUT / "mapper.md"))
     ap.add_argument("--time-limit", type=float, default=None, help="solver time limit per run (s)")
     ap.add_argument("--cold-only", action="store_true", help="skip the warm (second) run")
+    ap.add_argument("--published", action="store_true", help="the CLI at default and published sizes (docstring)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="--published: seconds a point may take")
     args = ap.parse_args(argv)
+    if args.published:
+        return published(args.archs, args.timeout, OUT / "mapper_published.md")
     from ortools.linear_solver import pywraplp  # noqa: F401  (import cost, once per process, not timed)
     if args.render:
         rows = [r for f in args.render for r in json.loads(Path(f).read_text())]

@@ -43,6 +43,7 @@ _API = {
     "run_reference": "mambalaya.exec.reference",
     "random_inputs": "mambalaya.exec.reference",
     "run_layer": "mambalaya.exec.realweights",
+    "write_random_model": "mambalaya.exec.random_model",
     "generate": "mambalaya.exec.generate",
     "load_generator": "mambalaya.exec.generate",
     "predict_generation": "mambalaya.exec.generate",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import MambalayaError
-from mambalaya.fileio import write_atomic
+from mambalaya.fileio import shipped_names, write_atomic
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -30,8 +30,13 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _shipped(kind: str) -> str:
+    """The shipped names of a kind, for a help text (read from the folder: never out of date)."""
+    return ", ".join(shipped_names(kind))
+
+
 def _cascade_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cascade", help="a shipped cascade name (mamba1, mamba2, ...) or a cascade file path")
+    p.add_argument("cascade", help=f"a shipped cascade ({_shipped('cascades')}) or a cascade file path")
     p.add_argument("--model", help="published model size (mamba-130m ... mamba2-2.7b)")
     p.add_argument("--set", action="append", metavar="K=V", help="override a param (repeatable)")
 
@@ -61,14 +66,29 @@ def _json_default(obj: Any) -> Any:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     cascade = _open(args)
-    from mambalaya.analysis import analyze, format_edge_table
+    from mambalaya.analysis import analyze, format_edge_table, format_group_table
 
     result = analyze(cascade)
     if args.json:
-        _emit_json(result.to_json())
-    else:
-        sys.stdout.write(format_edge_table(result) + "\n")
+        _emit_json(result.to_json(include_groups=args.groups))
+        return EXIT_OK
+    sys.stdout.write(_params_line(cascade, args) + "\n\n" + format_edge_table(result) + "\n")
+    sys.stdout.write(format_group_table(result, limit=None if args.groups else 20) + "\n")
+    whole = f", enumerated completely up to {result.complete_size} Einsums a group" if result.truncated else ""
+    print(f"{len(result.legal_groups)} legal fusion groups of {len(result.groups)} candidates{whole}"
+          f"{'' if args.groups else ' (the largest 20 above; all of them: --groups)'}")
     return EXIT_OK
+
+
+def _params_line(cascade, args: argparse.Namespace) -> str:
+    """The sizes an analysis used, the given ones marked: a file's defaults are often a toy size."""
+    from mambalaya.parse import parse_set
+
+    given = set(parse_set(args.set))
+    shown = [f"{k}={v:g}{'*' if k in given else ''}" for k, v in cascade.params.items()]
+    origin = f"--model {args.model} and the file" if args.model else "the file's defaults"
+    return (f"{cascade.name} with {' '.join(shown)} ({'* given, the rest ' if given else ''}from {origin}; "
+            "change them with --model or --set K=V)")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -277,19 +297,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="fusion class of every edge and the legal fusion groups")
     _cascade_args(p)
+    p.add_argument("--groups", action="store_true", help="list every candidate group (default: the largest 20 "
+                   "legal ones; with --json: every candidate, legal or not, with why)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("render", help="draw the cascade (SVG, PDF or PNG by the file suffix)")
     _cascade_args(p)
-    p.add_argument("--arch", help="draw the fusion groups of this architecture's optimal mapping")
+    p.add_argument("--arch", help="draw the fusion groups of this architecture's optimal mapping "
+                                  f"({_shipped('archs')}, or a spec file)")
     p.add_argument("--mapping", help="draw the fusion groups of this mapping file")
     p.add_argument("-o", "--output", required=True, help="output file: .svg, .pdf or .png")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("map", help="the optimal fused mapping on an architecture, with its cost")
     _cascade_args(p)
-    p.add_argument("--arch", required=True, help="shipped architecture (imax3, mambalaya, marca, h100, h200) or a spec file")
+    p.add_argument("--arch", required=True, help=f"a shipped architecture ({_shipped('archs')}) or a spec file")
     p.add_argument("--objective", default="latency", choices=["latency", "traffic"],
                    help="minimised first; ties go to the least of the other (latency: least traffic)")
     p.add_argument("--recompute", action="store_true",
@@ -366,14 +389,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="Markdown + self-contained HTML fusion report with figures and mapping.json")
     _cascade_args(p)
     p.add_argument("--arch", action="append", required=True,
-                   help="architecture (repeat for a side-by-side comparison)")
+                   help=f"architecture ({_shipped('archs')}, or a spec file; repeat for a side-by-side "
+                        "comparison)")
     p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
     p.add_argument("-o", "--output", required=True, help="output folder (written atomically)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="optimal mapping over a grid of params x arch overrides -> CSV/Parquet")
     _cascade_args(p)
-    p.add_argument("--arch", action="append", required=True, help="architecture (repeatable)")
+    p.add_argument("--arch", action="append", required=True,
+                   help=f"architecture ({_shipped('archs')}, or a spec file; repeatable)")
     p.add_argument("--set-range", action="append", metavar="K=V1,V2,...",
                    help="sweep a cascade param or 'model' over values (repeatable)")
     p.add_argument("--override", action="append", metavar="K=V1,V2,...",

@@ -61,3 +61,32 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"mambalaya {version('mambalaya')}"
+
+
+def test_analyze_lists_the_legal_groups_and_the_sizes_it_used(capsys: pytest.CaptureFixture[str]) -> None:
+    """``analyze`` prints what its help promises: the edges' classes and the legal fusion groups (the largest
+    20, or every one with ``--groups``), under the sizes it analysed, the given ones marked."""
+    from mambalaya.analysis import analyze
+    from mambalaya.parse import open_cascade
+
+    assert main(["analyze", "mlp2", "--set", "M=8"]) == 0
+    out = capsys.readouterr().out
+    legal = analyze(open_cascade("mlp2", params={"M": 8})).legal_groups
+    assert out.splitlines()[0].startswith("mlp2 with ") and "M=8*" in out.splitlines()[0]
+    assert f"{len(legal)} legal fusion groups of" in out and "fusion classes of mlp2" in out
+    largest = max(legal, key=lambda g: len(g.einsums))
+    assert " ".join(largest.einsums) in out
+    assert main(["analyze", "mlp2", "--groups", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["groups_legal"] == len(legal) and {tuple(g["einsums"]) for g in got["groups"] if g["legal"]} == \
+        {tuple(g.einsums) for g in legal}
+
+
+def test_every_arch_help_names_every_shipped_arch(capsys: pytest.CaptureFixture[str]) -> None:
+    from mambalaya.arch import shipped_archs
+
+    for command in ("map", "report", "sweep", "render"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(a in text for a in shipped_archs()), (command, text)
