@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -260,8 +261,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_output_dir(args.output)  # before any solving: a bad folder costs nothing
     cascade = _open(args)
+    start = time.perf_counter()
     out = write_report(cascade, args.arch, args.output, args.objective)
-    print(f"wrote {out}/report.html and report.md ({', '.join(args.arch)})", file=sys.stderr)
+    print(f"wrote {out}/report.html and report.md ({', '.join(args.arch)}) in {time.perf_counter() - start:.1f} s",
+          file=sys.stderr)
     return EXIT_OK
 
 

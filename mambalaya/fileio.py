@@ -58,12 +58,16 @@ def read_text(path: str | Path, error: type[MambalayaError], what: str) -> str:
         raise error(f"cannot read {what}: {err.strerror or err}", file=str(path)) from None
 
 
+#: libyaml's safe composer where PyYAML has it (ten times faster on a large file), else the pure-Python one
+_COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def compose_yaml(text: str, file: str | None, error: type[MambalayaError]) -> yaml.Node | None:
     """The YAML node tree of ``text`` (safe loader: no tags that run code), or ``error`` with the line: a syntax
     error, nesting too deep to read, or more than :data:`MAX_YAML_VALUES` values once aliases are expanded (the
     loaders walk the tree as expanded, so an alias bomb would hang them)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_COMPOSER)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = " ".join(str(p) for p in (err.context, err.problem) if p) or str(err).splitlines()[0]

@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from mambalaya.errors import ArchError
 
-__all__ = ["DIMENSIONS", "format_quantity", "parse_quantity", "unit_dimension"]
+__all__ = ["DIMENSIONS", "fmt_bytes", "fmt_rate", "fmt_time", "format_quantity", "parse_quantity", "unit_dimension"]
 
 # dimension -> (base unit spellings, example shown in error messages)
 DIMENSIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -127,17 +127,41 @@ _FORMAT_UNITS = {
 }
 
 
+def fmt_bytes(n: float | None) -> str:
+    """A byte count as people read memory sizes: binary prefixes (KiB, MiB, GiB), three digits."""
+    if n is None:
+        return "-"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(s: float | None) -> str:
+    """Seconds in s, ms, µs or ns, three digits."""
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def fmt_rate(bps: float) -> str:
+    """A bandwidth in GB/s (decimal, as the datasheets give it), four digits: 4272 GB/s, 25.6 GB/s."""
+    return f"{bps / 1e9:.4g} GB/s"
+
+
 def format_quantity(value: float, dimension: str, digits: int = 3) -> str:
-    """Human-readable form of an SI value ("4.3 TB/s", "227 KiB" style) for reports."""
-    unit = _FORMAT_UNITS[dimension]
+    """Human-readable form of an SI value for reports: sizes, times and bandwidths as :func:`fmt_bytes`,
+    :func:`fmt_time` and :func:`fmt_rate` write them (one style everywhere), the rest with SI prefixes."""
+    if dimension == "size":
+        return fmt_bytes(value)
     if dimension == "time":
-        for scale, prefix in ((1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
-            if abs(value) >= scale or prefix == "n":
-                return f"{value / scale:.{digits}g} {prefix}{unit}"
-    if dimension == "size" and value and int(value) == value and int(value) % 1024 == 0:
-        for exp, prefix in ((4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")):
-            if int(value) % 1024**exp == 0:
-                return f"{int(value) // 1024**exp} {prefix}{unit}"
+        return fmt_time(value)
+    if dimension == "bandwidth":
+        return fmt_rate(value)
+    unit = _FORMAT_UNITS[dimension]
     for exp, prefix in ((15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, "")):
         if abs(value) >= 10**exp or exp == 0:
             return f"{value / 10**exp:.{digits}g} {prefix}{unit}"

@@ -24,8 +24,9 @@
 - **Staging** (archs with ``staging_bandwidth``: a GPU printer's per-program scratch): what a group moves
   through scratch outside registers (:func:`~mambalaya.cost.price.staged_bytes`) at that bandwidth, added to
   the roofline (the same instructions do it); measured kernels fit it (benchmarks/results/gpu_tiles.md).
-- An Einsum's latency is its share of its group's: the group latency split in
-  proportion to ``max(compute, memory)`` of its Einsums (equal shares when all are 0).
+- An Einsum's latency is its share of its group's: its own compute time plus the rest of the group latency
+  split in proportion to ``max(compute, memory)`` of its Einsums (equal shares when all are 0), so no Einsum's
+  share is below its compute time.
 """
 
 from __future__ import annotations
@@ -87,13 +88,37 @@ def group_latency(arch: Arch, compute_s: float, traffic_bytes: int, transfers: i
     return max((max(compute_s, memory_seconds(arch, traffic_bytes)) + staging_s) / frac, chain_s) + overhead, overhead
 
 
-def split_latency(total: float, weights: list[float]) -> list[float]:
-    """``total`` split in proportion to ``weights`` (equal shares when they are all 0)."""
+def split_latency(total: float, weights: list[float], floors: list[float] | None = None) -> list[float]:
+    """``total`` split in proportion to ``weights`` (equal shares when they are all 0); with ``floors`` (each
+    member's compute time, which a group's latency always covers), each share is its floor plus its part of the
+    rest, so no member's share is below its own compute time (its utilisation never reads over 100 %)."""
+    if floors is not None:
+        base = sum(floors)
+        if base <= total:
+            return [f + r for f, r in zip(floors, split_latency(total - base, weights), strict=True)]
     s = sum(weights)
     if s <= 0:
         return [total / len(weights)] * len(weights)
     return [total * w / s for w in weights]
 
 
-__all__ = ["chain_seconds", "compute_seconds", "group_latency", "memory_seconds", "parallel_fraction", "split_latency",
+#: The terms of :func:`latency_parts`, as reports name them (in the order they add up).
+LATENCY_PARTS = {"roofline_s": "roofline (compute and memory overlapped)", "staging_s": "staging through scratch",
+                 "idle_s": "chip idle (grids smaller than its program slots)",
+                 "chain_wait_s": "waiting on recurrence chains", "overhead_s": "overheads"}
+
+
+def latency_parts(compute_s: float, memory_s: float, staging_s: float, parallel_fraction: float, chain_s: float,
+                  overhead_s: float) -> dict[str, float]:
+    """A group's latency (:func:`group_latency`) as terms that add up to it: the roofline (compute and memory
+    overlapped), staging, the chip left idle by a grid smaller than its program slots (the roofline stretched
+    by ``1 / parallel_fraction``), the wait for a recurrence chain longer than all that, and overheads."""
+    busy = max(compute_s, memory_s) + staging_s
+    spread = busy / parallel_fraction if parallel_fraction > 0 else busy
+    return {"roofline_s": max(compute_s, memory_s), "staging_s": staging_s, "idle_s": spread - busy,
+            "chain_wait_s": max(0.0, chain_s - spread), "overhead_s": overhead_s}
+
+
+__all__ = ["LATENCY_PARTS", "chain_seconds", "compute_seconds", "group_latency", "latency_parts", "memory_seconds", "parallel_fraction",
+           "split_latency",
            "staging_seconds"]

@@ -18,6 +18,7 @@ from mambalaya.cost.latency import (
     chain_seconds,
     compute_seconds,
     group_latency,
+    latency_parts,
     memory_seconds,
     parallel_fraction,
     split_latency,
@@ -122,6 +123,11 @@ class GroupCost(_RooflineFigures):
     chain_s: float = 0.0  # its recurrences' dependency chain (a floor under its latency)
     staging_s: float = 0.0  # moving what it stages through its programs' scratch (added to the roofline)
 
+    def parts(self) -> dict[str, float]:
+        """Its latency as terms that add up to it (:func:`~mambalaya.cost.latency.latency_parts`)."""
+        return latency_parts(self.compute_s, self.memory_s, self.staging_s, self.parallel_fraction, self.chain_s,
+                             self.overhead_s)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
@@ -142,6 +148,7 @@ class GroupCost(_RooflineFigures):
             "compute_util": self.compute_util,
             "memory_util": self.memory_util,
             "bound": self.bound,
+            "latency_parts": self.parts(),
         }
 
 
@@ -182,6 +189,14 @@ class CostReport:
     def flops(self) -> int:
         return sum(g.flops for g in self.groups)
 
+    def parts(self) -> dict[str, float]:
+        """The latency as terms that add up to it, summed over the groups (:meth:`GroupCost.parts`)."""
+        out: dict[str, float] = {}
+        for g in self.groups:
+            for k, v in g.parts().items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
     def summary(self) -> dict[str, Any]:
         """The headline figures (what ``map --json`` reports for each mapping)."""
         return {
@@ -191,6 +206,7 @@ class CostReport:
             "compute_s": self.compute_s,
             "memory_s": self.memory_s,
             "overhead_s": self.overhead_s,
+            "latency_parts": self.parts(),
             "flops": self.flops,
         }
 
@@ -252,7 +268,7 @@ def group_costs(ctx: CostContext, sched: GroupSchedule) -> tuple[GroupCost, list
     latency, overhead = group_latency(arch, sum(compute.values()), moved, transfers, programs, chain, staging,
                                       sched.executions if arch.statement_overhead_s > 0 else 0)
     frac, _ = parallel_fraction(arch, programs)
-    shares = split_latency(latency, [max(compute[e], memory[e]) for e in members])
+    shares = split_latency(latency, [max(compute[e], memory[e]) for e in members], [compute[e] for e in members])
     einsums = []
     for e, share in zip(members, shares, strict=True):
         ops = {k: int(v) for k, v in ops_by_kind(counts[e]).items()}

@@ -195,7 +195,7 @@ class Cascade:
     def _by_name(self) -> dict[str, Einsum]:
         return {e.name: e for e in self.einsums}
 
-    @property
+    @cached_property
     def einsum_names(self) -> tuple[str, ...]:
         return tuple(e.name for e in self.einsums)
 

@@ -66,10 +66,11 @@ LAZY_MAX_GAP = 2.0
 #: lazy loop pays by pruning, and searches without the eager space's split test. (mamba2-370m L4096 on mambalaya
 #: prunes 3,081 for 77 searched; on imax3 it pruned none in 800 searches, 266 s against 76 s eager.)
 LAZY_SEARCH_BASE = 100
-#: ... or once its last this many rounds have searched more groups than they pruned: the pruning has stalled, and
-#: every further round is a solve and two downset walks for a few searches (mamba2-370m L4096 on cpu, whose
-#: searches are one lowering each: 40 s over 300 rounds, 16 s eager; a mamba-1.4b batch-64 layer on mambalaya
-#: stalls for 8 rounds before its last prunes, 4.8 s lazy, 25 s eager).
+#: ... or once its last this many rounds have searched more groups than they pruned (the pruning has stalled) and
+#: it has searched as many groups as the eager space still would (those neither pruned nor searched): then the
+#: lazy loop has paid what going eager costs (ski rental: at most twice the cheaper of the two). A stall alone
+#: went eager too early: mamba2-2.7b L16384 on mambalaya stalls after 160 searches, then searched 1,219 more
+#: eagerly (110 s) where lazy needs 256 more (27 s); mamba2-370m L4096 on cpu 17 s lazy, 14 s eager.
 LAZY_STALL_ROUNDS = 16
 
 
@@ -284,7 +285,8 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
         searched = space.coster.searched - searched_before if space.coster is not None else 0
         rounds.append((pruned, searched))
         stalled = len(rounds) > LAZY_STALL_ROUNDS and \
-            pruned - rounds[-1 - LAZY_STALL_ROUNDS][0] < searched - rounds[-1 - LAZY_STALL_ROUNDS][1]
+            pruned - rounds[-1 - LAZY_STALL_ROUNDS][0] < searched - rounds[-1 - LAZY_STALL_ROUNDS][1] and \
+            searched >= sum(1 for c in space.candidates if not c.exact)  # (what eager would still search)
         if (bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP) or searched > pruned + LAZY_SEARCH_BASE or stalled:
             # the bounds are loose, or pruning saves fewer searches than the loop spends: the eager space, less
             # what the pruning has proven out

@@ -13,7 +13,9 @@ import time
 from typing import Any
 
 from mambalaya.arch import Arch, load_arch
+from mambalaya.arch.units import fmt_bytes, fmt_time
 from mambalaya.cost.context import CostContext
+from mambalaya.cost.latency import LATENCY_PARTS
 from mambalaya.cost.model import CostReport, evaluate
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.cascade import Cascade
@@ -82,20 +84,6 @@ def map_report(
     }
 
 
-def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def _time(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
-
 def _count(n: float) -> str:
     return f"{n:.2g}".replace("e+0", "e").replace("e+", "e")
 
@@ -116,13 +104,16 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
         head.add_row(
             name,
             str(len(fig["groups"])),
-            _bytes(fig["traffic_bytes"]),
-            _time(fig["latency_s"]),
-            _time(fig["compute_s"]),
-            _time(fig["memory_s"]),
-            _time(fig["overhead_s"]),
+            fmt_bytes(fig["traffic_bytes"]),
+            fmt_time(fig["latency_s"]),
+            fmt_time(fig["compute_s"]),
+            fmt_time(fig["memory_s"]),
+            fmt_time(fig["overhead_s"]),
         )
     console.print(head)
+    if "latency_parts" in result:  # (the columns overlap: this is how the latency adds up)
+        console.print(f"chosen latency {fmt_time(result['latency_s'])} = " + " + ".join(
+            f"{LATENCY_PARTS[k]} {fmt_time(v)}" for k, v in result["latency_parts"].items() if v > 0 or k == "roofline_s"))
     if result.get("left_out"):
         console.print(f"not proven optimal: the search left out {result['left_out']}")
     if result.get("speedup"):
@@ -139,10 +130,10 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
         rows.add_row(
             e["name"],
             str(e["group"]),
-            _bytes(e["traffic_bytes"]),
-            _time(e["memory_s"]),
-            _time(e["compute_s"]),
-            _time(e["latency_s"]),
+            fmt_bytes(e["traffic_bytes"]),
+            fmt_time(e["memory_s"]),
+            fmt_time(e["compute_s"]),
+            fmt_time(e["latency_s"]),
             "-" if oi is None else f"{oi:.3g}",
             e["bound"],
             ops,

@@ -34,6 +34,7 @@ from mambalaya.ir.expr import (
     Node,
     ParamRef,
     Reduce,
+    children,
     param_symbol,
     rank_symbol,
 )
@@ -96,6 +97,10 @@ class _Parser:
                 where.append(self.compare())
         if self.s.peek.kind != "end":
             self.s.fail("unexpected text after the expression")
+        if (depth := tree_depth(expr)) > MAX_DEPTH:
+            raise CascadeError(f"the expression is {depth} operations deep (at most {MAX_DEPTH}: everything that "
+                               "walks it recurses once per level): split it into several Einsums, or sum the terms "
+                               "with a reduction (sum_r) over a rank")
         return ParsedEinsum(output, expr, tuple(where))
 
     def compare(self) -> Compare:
@@ -176,6 +181,26 @@ class _Parser:
         raise AssertionError("unreachable")
 
 
+#: Longest Einsum statement read (the shipped ones are under 120 characters): a longer line is refused before
+#: it is tokenized, so a runaway generated file fails at once.
+MAX_CHARS = 10_000
+#: Deepest expression tree an Einsum may have (a chain of ``a + b + c ...`` is as deep as it is long).
+MAX_DEPTH = 256
+
+
+def tree_depth(node: Node) -> int:
+    """How deep an expression tree is, walked without recursion (it may be deeper than Python recurses)."""
+    best, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(n))
+    return best
+
+
 def parse_einsum(text: str, ranks: set[str], params: set[str]) -> ParsedEinsum:
     """Parse ``text`` (one Einsum) given the declared rank and param names."""
+    if len(text) > MAX_CHARS:
+        raise CascadeError(f"an Einsum of {len(text)} characters (at most {MAX_CHARS}): split it into several "
+                           f"Einsums, or sum its terms with a reduction (sum_r) over a rank; it starts '{text[:60]}...'")
     return _Parser(text, ranks, params).einsum()

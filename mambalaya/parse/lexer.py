@@ -45,6 +45,11 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+#: Deepest nesting of brackets an expression may have: both grammars recurse once per level (and so does
+#: everything that walks the tree), so a file nesting thousands deep is refused here, with a reason.
+MAX_NESTING = 64
+
+
 class TokenStream:
     """A cursor over tokens with the error helpers both grammars need."""
 
@@ -52,6 +57,15 @@ class TokenStream:
         self.text = text
         self.tokens = tokenize(text)
         self.pos = 0
+        depth = 0
+        for tok in self.tokens:
+            if tok.kind == "op" and tok.text in "([":
+                depth += 1
+                if depth > MAX_NESTING:
+                    self.fail(f"brackets nest more than {MAX_NESTING} deep: split the expression into several "
+                              "Einsums", tok)
+            elif tok.kind == "op" and tok.text in ")]":
+                depth -= 1
 
     @property
     def peek(self) -> Token:
@@ -75,5 +89,9 @@ class TokenStream:
 
     def fail(self, message: str, tok: Token | None = None) -> None:
         tok = tok or self.peek
-        found = "end of text" if tok.kind == "end" else f"'{tok.text}'"
-        raise CascadeError(f"{message}, found {found} at column {tok.col + 1} in '{self.text}'")
+        found = "end of text" if tok.kind == "end" else f"'{tok.text[:40]}'"
+        text = self.text
+        if len(text) > 120:  # (a long line: the stretch around the column, not all of it)
+            lo = max(0, tok.col - 50)
+            text = ("..." if lo else "") + text[lo:tok.col + 50] + ("..." if tok.col + 50 < len(text) else "")
+        raise CascadeError(f"{message}, found {found} at column {tok.col + 1} in '{text}'")

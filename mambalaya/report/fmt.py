@@ -1,26 +1,11 @@
-"""Human units for report cells (one place, so Markdown and HTML agree)."""
+"""Human units for report cells (one place, so Markdown and HTML agree); sizes, times and rates are the ones
+:mod:`mambalaya.arch.units` writes for every output (the CLI's tables too)."""
 
 from __future__ import annotations
 
 import math
 
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
+from mambalaya.arch.units import fmt_bytes, fmt_rate, fmt_time
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:
@@ -39,10 +24,6 @@ def fmt_pct(x: float | None) -> str:
 
 def fmt_ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}×"
-
-
-def fmt_rate(bps: float) -> str:
-    return f"{bps / 1e9:.4g} GB/s"
 
 
 __all__ = ["fmt_bytes", "fmt_num", "fmt_pct", "fmt_rate", "fmt_ratio", "fmt_time"]

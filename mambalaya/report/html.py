@@ -121,11 +121,12 @@ def _cards(items: list[tuple[str, str]]) -> str:
 
 
 def render_html(s: Study, figures: dict[str, dict[str, bytes]], comparison: bytes | None, version: str) -> str:
-    """The page: cascade, fusion classes, comparison (several archs), then one section per arch."""
+    """The page: the headline (every arch's speedup, latency, traffic, proof), one section per arch, then the
+    cascade and its fusion classes."""
     c = s.cascade
     from mambalaya.report.fmt import fmt_bytes, fmt_time
 
-    sections = [
+    cascade_sections = [
         _section("cascade", "Cascade", "".join([
             "<h3>Parameters</h3>", html_table(params_table(c)),
             "<h3>Ranks</h3>", html_table(ranks_table(c)),
@@ -139,12 +140,11 @@ def render_html(s: Study, figures: dict[str, dict[str, bytes]], comparison: byte
             html_table(edges_table(s), class_col=3),
         ])),
     ]
-    nav = [("cascade", "Cascade"), ("fusion-classes", "Fusion classes")]
-    if len(s.archs) > 1 and comparison is not None:
-        sections.append(_section("comparison", "Comparison", html_table(comparison_table(s))
-                                 + png(comparison, "comparison", "Latency and off-chip traffic per architecture, "
-                                       "unfused vs the optimal fused mapping (log scale; labels: unfused / optimal).")))
-        nav.append(("comparison", "Comparison"))
+    # the headline first (what a reader opened the report for), the cascade's own tables last
+    sections = [_section("headline", "Headline", html_table(comparison_table(s)) + (
+        png(comparison, "comparison", "Latency and off-chip traffic per architecture, unfused vs the optimal fused "
+            "mapping (log scale; labels: unfused / optimal).") if len(s.archs) > 1 and comparison is not None else ""))]
+    nav = [("headline", "Headline")]
     for a in s.archs:
         n = a.arch.name
         figs = figures[n]
@@ -175,6 +175,8 @@ def render_html(s: Study, figures: dict[str, dict[str, bytes]], comparison: byte
         ]
         sections.append(_section(f"arch-{n}", f"Architecture: {n}", "\n".join(body)))
         nav.append((f"arch-{n}", n))
+    sections += cascade_sections
+    nav += [("cascade", "Cascade"), ("fusion-classes", "Fusion classes")]
     title = f"Fusion report: {c.name} on {', '.join(a.arch.name for a in s.archs)}"
     lead = (f"{c.meta.get('description', c.name)}. Objective: {s.objective}. {len(c.einsums)} Einsums, "
             f"{len(s.edges)} producer→consumer edges.")

@@ -39,34 +39,12 @@ def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
         f"{c.meta.get('description', '')}. Objective: **{s.objective}**. "
         f"{len(c.einsums)} Einsums, {len(s.edges)} producer→consumer edges.",
         "",
-        "## Cascade",
+        "## Headline",  # (first: what a reader opened the report for; the cascade's tables come last)
         "",
-        "### Parameters",
+        md_table(comparison_table(s)),
         "",
-        md_table(params_table(c)),
-        "",
-        "### Ranks",
-        "",
-        md_table(ranks_table(c)),
-        "",
-        "### Einsums",
-        "",
-        md_table(einsums_table(c)),
-        "",
-        "### Tensors",
-        "",
-        md_table(tensors_table(c)),
-        "",
-        "## Fusion classes",
-        "",
-        "RI rank-isomorphic, RSb only the producer has private ranks, RSp only the consumer has, "
-        "RD both have.",
-        "",
-        md_table(edges_table(s)),
-        "",
+        *(["![comparison](comparison.png)", ""] if len(s.archs) > 1 else []),
     ]
-    if len(s.archs) > 1:
-        out += ["## Comparison", "", md_table(comparison_table(s)), "", "![comparison](comparison.png)", ""]
     for a in s.archs:
         n = a.arch.name
         out += [
@@ -103,6 +81,33 @@ def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
             "Files: " + ", ".join(f"[{f}]({f})" for f in files[n]),
             "",
         ]
+    out += [
+        "## Cascade",
+        "",
+        "### Parameters",
+        "",
+        md_table(params_table(c)),
+        "",
+        "### Ranks",
+        "",
+        md_table(ranks_table(c)),
+        "",
+        "### Einsums",
+        "",
+        md_table(einsums_table(c)),
+        "",
+        "### Tensors",
+        "",
+        md_table(tensors_table(c)),
+        "",
+        "## Fusion classes",
+        "",
+        "RI rank-isomorphic, RSb only the producer has private ranks, RSp only the consumer has, "
+        "RD both have.",
+        "",
+        md_table(edges_table(s)),
+        "",
+    ]
     return "\n".join(out)
 
 

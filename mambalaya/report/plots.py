@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from mambalaya.arch import Arch  # noqa: E402
+from mambalaya.arch.units import fmt_rate  # noqa: E402
 from mambalaya.cost.model import CostReport, roofline  # noqa: E402
 from mambalaya.fileio import write_atomic  # noqa: E402
 
@@ -146,7 +147,7 @@ def roofline_figure(reports: list[tuple[str, CostReport]], arch: Arch) -> Figure
         ax.grid(True, which="major", lw=0.3, alpha=0.6)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(
-        f"{reports[0][1].cascade} on {arch.name}: roofline ({roofs['bandwidth'] / 1e12:.3g} TB/s off chip)",
+        f"{reports[0][1].cascade} on {arch.name}: roofline ({fmt_rate(roofs['bandwidth'])} off chip)",
         fontsize=11,
     )
     return fig

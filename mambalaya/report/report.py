@@ -71,7 +71,8 @@ def mapping_json(a: ArchStudy, objective: str) -> str:
 
 
 def summary_json(s: Study) -> str:
-    """Machine-readable headline figures per arch (what a script would diff between runs)."""
+    """Machine-readable headline figures per arch (what a script would diff between runs: no wall times, so the
+    same input writes the same bytes; ``map --json`` says how long a mapping took)."""
     archs = []
     for a in s.archs:
         archs.append({
@@ -80,7 +81,6 @@ def summary_json(s: Study) -> str:
             "unfused": a.unfused.summary(),
             "speedup": a.speedup,
             "optimal": a.result.optimal,
-            "solve_s": a.result.solve_s,
             "buffer_bytes": list(a.buffers),
             "fusion_buffer_bytes": a.arch.fusion_buffer_bytes,
             "einsums": einsum_rows(a),

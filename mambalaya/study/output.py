@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from mambalaya.arch.units import fmt_bytes, fmt_rate
 from mambalaya.errors import MambalayaError
 from mambalaya.fileio import write_atomic
 
@@ -97,7 +98,7 @@ def plot_sweep(df: pd.DataFrame, path: str | Path) -> Path:
     ok = df[df["feasible"]]
     for key, part in ok.groupby(series, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{k}={v}" if k != "arch" else str(v) for k, v in zip(series, key, strict=True))
+        label = ", ".join(_legend(k, v) for k, v in zip(series, key, strict=True))
         part = part.sort_values(x)
         ax.plot(part[x], part["speedup"], marker="o", label=label)
     bad = df[~df["feasible"]]
@@ -112,6 +113,17 @@ def plot_sweep(df: pd.DataFrame, path: str | Path) -> Path:
     ax.grid(True, lw=0.3, alpha=0.6)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
+
+
+def _legend(column: str, value: Any) -> str:
+    """A sweep series' name in the units people write: ``fusion_buffer_bytes 1 MiB``, not ``=1048576``."""
+    if column == "arch":
+        return str(value)
+    if column.endswith("_bytes"):
+        return f"{column.removesuffix('_bytes')} {fmt_bytes(value)}"
+    if column.endswith("_bandwidth") or column == "offchip_bandwidth":
+        return f"{column} {fmt_rate(value)}"
+    return f"{column}={value}"
 
 
 __all__ = ["check_table_path", "parse_ranges", "plot_sweep", "sweep_axes", "write_table"]

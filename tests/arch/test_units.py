@@ -104,3 +104,22 @@ def test_unit_dimension() -> None:
 def test_format_round_trips_to_three_digits(value: float, dimension: str) -> None:
     text = format_quantity(value, dimension)
     assert parse_quantity(text, dimension, "f") == pytest.approx(value, rel=5e-3)
+
+
+def test_every_output_writes_sizes_times_and_rates_one_way(capsys) -> None:
+    """The CLI's tables, the report's cells, the plots and a sweep's legend share one style: binary sizes (KiB,
+    MiB), µs, GB/s (they mixed MB and MiB, "us" and µs, TB/s and GB/s)."""
+    import re
+
+    from mambalaya.arch.units import fmt_bytes, fmt_rate, fmt_time
+    from mambalaya.cli import main
+    from mambalaya.study.output import _legend
+
+    assert (fmt_bytes(3 * 2**20), fmt_time(7e-6), fmt_rate(4.8e12)) == ("3 MiB", "7 µs", "4800 GB/s")
+    assert format_quantity(3 * 2**20, "size") == "3 MiB" and format_quantity(7e-6, "time") == "7 µs"
+    assert format_quantity(4.8e12, "bandwidth") == "4800 GB/s"
+    assert _legend("fusion_buffer_bytes", 2**20) == "fusion_buffer 1 MiB"
+    assert main(["map", "mamba2", "--arch", "mambalaya"]) == 0
+    out = capsys.readouterr().out
+    assert "µs" in out and "KiB" in out
+    assert not re.search(r"\d (us|kB|MB|GB|TB/s)\b", out), out

@@ -66,6 +66,14 @@ CASES = [
      "expands to more than 100000 values"),
     ("alias-cycle", "name: bad\na: &a [*a]\nparams: {M: 8}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 1,
      "an alias inside its own anchor"),
+    # a generated file gone wrong: a 1 MB statement (it took 7 s and a traceback), brackets a thousand deep and a
+    # sum of a thousand terms (each was a RecursionError), each refused at once with its line
+    ("megabyte-line", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,n]" + " + A[m,n]" * 120_000 + "\n", 5,
+     "characters (at most 10000): split it"),
+    ("deep-brackets", GOOD_HEAD + "einsums:\n  - Y[m,n] = " + "(" * 1000 + "A[m,n]" + ")" * 1000 + "\n", 5,
+     "brackets nest more than 64 deep"),
+    ("long-chain", GOOD_HEAD + "einsums:\n  - Y[m,n] = A[m,n]" + " + A[m,n]" * 1000 + "\n", 5,
+     "1001 operations deep (at most 256"),
 ]
 
 

@@ -75,7 +75,8 @@ def test_html_structure(report_dir):
     page = _Page()
     page.feed(text)
     assert page.title.startswith("Fusion report: mamba1 on mambalaya, h200")
-    assert page.sections == ["cascade", "fusion-classes", "comparison", "arch-mambalaya", "arch-h200"]
+    # the headline first (the first screen says what fusion buys on each arch), the cascade's tables last
+    assert page.sections == ["headline", "arch-mambalaya", "arch-h200", "cascade", "fusion-classes"]
     assert page.tags.count("table") >= 12 and page.tags.count("svg") == 2
     assert page.imgs and all(src.startswith("data:image/png;base64,") for src in page.imgs)
     assert len(page.imgs) == 5 and not page.links  # self-contained: no external assets
@@ -85,10 +86,12 @@ def test_html_structure(report_dir):
 
 def test_markdown_and_csv(report_dir):
     md = (report_dir / "report.md").read_text()
-    for heading in ("# Fusion report: mamba1", "## Cascade", "### Ranks", "## Fusion classes", "## Comparison",
+    for heading in ("# Fusion report: mamba1", "## Cascade", "### Ranks", "## Fusion classes", "## Headline",
                     "## mambalaya", "## h200", "### Why this mapping", "### Fusion groups",
                     "### Totals against unfused", "### Per Einsum"):
         assert heading in md, heading
+    headline = md[md.index("## Headline"):md.index("## mambalaya")]
+    assert md.index("## Headline") < md.index("## Cascade") and "speedup" in headline and "proven optimal" in headline
     for ref in [line.split("](")[1].rstrip(")") for line in md.splitlines() if line.startswith("![")]:
         assert (report_dir / ref).is_file(), ref
     rows = pd.read_csv(report_dir / "mambalaya" / "einsums.csv")
