@@ -90,3 +90,21 @@ def test_every_arch_help_names_every_shipped_arch(capsys: pytest.CaptureFixture[
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(a in text for a in shipped_archs()), (command, text)
+
+
+def test_a_chain_of_layers_on_an_arch_that_cannot_fuse_is_unfused(capsys: pytest.CaptureFixture[str]) -> None:
+    """``map --layers N`` on marca (no fusion): every Einsum of every layer alone, proven optimal (it offered groups
+    crossing the layer boundary and then refused its own answer)."""
+    from mambalaya.ir.chain import chain_layers
+    from mambalaya.parse import open_cascade
+
+    got = _map_on(capsys, "marca", "--layers", "3")
+    chained = chain_layers(open_cascade("mamba1-decode"), 3)
+    assert got["optimal"] and all(len(g) == 1 for g in got["groups"])
+    assert sorted(g[0] for g in got["groups"]) == sorted(chained.einsum_names)
+    assert got["latency_s"] == pytest.approx(got["unfused"]["latency_s"], rel=1e-12)
+
+
+def _map_on(capsys: pytest.CaptureFixture[str], arch: str, *args: str) -> dict:
+    assert main(["map", "mamba1-decode", "--arch", arch, "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)

@@ -131,7 +131,9 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     enumerated, evaluations = one.enumerated, one.evaluations
     rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
     coster, crossing = None, None
-    if layers > 1 and arch.can_fuse:  # (an arch that cannot fuse has no group crossing a layer either)
+    if not arch.can_fuse:  # (no group crosses a layer either: only the boundary's own Einsums, alone)
+        max_cross = 1
+    if layers > 1:
         two = chain_layers(layer, 2, feed=tuple(chained.meta["feed"]))  # type: ignore[arg-type]
         within = set(layer.einsum_names)
         coster = shared_coster(two, arch, objective)  # (a chain mapped again, or with more layers, reuses it)
@@ -181,7 +183,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
     space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
     cut = [one.left_out] if one.left_out else []
-    if crossing is not None and crossing.truncated:
+    if crossing is not None and crossing.truncated and arch.can_fuse:
         cut.append(f"groups crossing a layer boundary with more than {max_cross} Einsums (max_cross; some groups "
                    f"at it could grow)")
     space.left_out = "; ".join(cut) or None
