@@ -81,25 +81,11 @@ def render_markdown(s: Study, files: dict[str, list[str]]) -> str:
             "Files: " + ", ".join(f"[{f}]({f})" for f in files[n]),
             "",
         ]
+    out += ["## Cascade", ""]
+    for title, table in (("Parameters", params_table), ("Ranks", ranks_table), ("Einsums", einsums_table),
+                         ("Tensors", tensors_table)):
+        out += [f"### {title}", "", md_table(table(c)), ""]
     out += [
-        "## Cascade",
-        "",
-        "### Parameters",
-        "",
-        md_table(params_table(c)),
-        "",
-        "### Ranks",
-        "",
-        md_table(ranks_table(c)),
-        "",
-        "### Einsums",
-        "",
-        md_table(einsums_table(c)),
-        "",
-        "### Tensors",
-        "",
-        md_table(tensors_table(c)),
-        "",
         "## Fusion classes",
         "",
         "RI rank-isomorphic, RSb only the producer has private ranks, RSp only the consumer has, "
