@@ -8,6 +8,7 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -31,8 +32,9 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+@functools.cache
 def _shipped(kind: str) -> str:
-    """The shipped names of a kind, for a help text (read from the folder: never out of date)."""
+    """The shipped names of a kind, for a help text (read from the folder once: never out of date)."""
     return ", ".join(shipped_names(kind))
 
 

@@ -119,6 +119,6 @@ def latency_parts(compute_s: float, memory_s: float, staging_s: float, parallel_
             "chain_wait_s": max(0.0, chain_s - spread), "overhead_s": overhead_s}
 
 
-__all__ = ["LATENCY_PARTS", "chain_seconds", "compute_seconds", "group_latency", "latency_parts", "memory_seconds", "parallel_fraction",
-           "split_latency",
+__all__ = ["LATENCY_PARTS", "chain_seconds", "compute_seconds", "group_latency", "latency_parts", "memory_seconds",
+           "parallel_fraction", "split_latency",
            "staging_seconds"]

@@ -116,12 +116,12 @@ def plot_sweep(df: pd.DataFrame, path: str | Path) -> Path:
 
 
 def _legend(column: str, value: Any) -> str:
-    """A sweep series' name in the units people write: ``fusion_buffer_bytes 1 MiB``, not ``=1048576``."""
+    """A sweep series' name in the units people write: ``fusion_buffer 1 MiB``, not ``fusion_buffer_bytes=1048576``."""
     if column == "arch":
         return str(value)
     if column.endswith("_bytes"):
         return f"{column.removesuffix('_bytes')} {fmt_bytes(value)}"
-    if column.endswith("_bandwidth") or column == "offchip_bandwidth":
+    if column.endswith("_bandwidth"):
         return f"{column} {fmt_rate(value)}"
     return f"{column}={value}"
 
