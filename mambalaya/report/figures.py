@@ -26,8 +26,10 @@ def comparison_figure(s: Study) -> bytes:
     names = [a.arch.name for a in s.archs]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     xs = range(len(names))
-    for ax, key, label, scale in ((axes[0], "latency_s", "latency (s)", 1.0),
-                                  (axes[1], "traffic_bytes", "off-chip traffic (MB)", 1e-6)):
+    most = max(a.unfused.latency_s for a in s.archs)  # (the axis in the unit its largest bar reads in: s, ms, µs)
+    unit, per = next(((u, f) for u, f in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)) if most >= f), ("ns", 1e-9))
+    for ax, key, label, scale in ((axes[0], "latency_s", f"latency ({unit})", 1 / per),
+                                  (axes[1], "traffic_bytes", "off-chip traffic (MiB)", 2.0**-20)):
         un = [getattr(a.unfused, key) * scale for a in s.archs]
         op = [getattr(a.report, key) * scale for a in s.archs]
         ax.bar([x - 0.2 for x in xs], un, 0.4, label="unfused", color="#b0b7c3")
