@@ -266,6 +266,13 @@ def _members(cascade: Cascade, group: FusionGroup, forms: Forms, stored: frozens
     return members, frozenset(members), inline, inline_set, live, live_set, reads, readers, deps
 
 
+@dataclass(frozen=True)
+class _Refused:
+    """A placement the schedule refuses (:meth:`_Lowering.placed` keeps it like a placement)."""
+
+    reason: str
+
+
 class _DeadLoop(Exception):
     """No member inside the enclosing loops iterates this tiled loop: its tile changes nothing."""
 
@@ -399,9 +406,9 @@ class _Lowering:
                 tile, lp = loops[x.loop].tile, loops[x.loop].rank
                 period = x.divisor * (x.modulus or 1)
                 if x.offset or tile % x.divisor or (x.modulus is not None and tile % period and period % tile):
-                    raise ScheduleError(f"the tile {tile} of {lp} does not align with {m.name}'s {r} (a piece of "
-                                        f"{lp} every {x.divisor}{f' of period {period}' if x.modulus else ''}): "
-                                        f"tile {lp} by a multiple or a divisor of {period}")
+                    raise ScheduleError(f"a tile of {lp} that is not a multiple or a divisor of {period} does not "
+                                        f"align with {m.name}'s {r} (a piece of {lp} every {x.divisor}"
+                                        f"{f' of period {period}' if x.modulus else ''}): tile {lp} by one")
         reduced = sorted(r for r in e.reduced_ranks if m.ranges[r].loop is not None)
         if not reduced:
             return
@@ -624,18 +631,24 @@ class _Lowering:
 
     def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
         """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
-        when a tiling of the same loops with the same :meth:`piece_signature` was placed before (a refusal is not
-        kept: its message names the tile)."""
+        when a tiling of the same loops with the same :meth:`piece_signature` was placed or refused before (a
+        refusal's message names no tile size: every tiling with the key gets it)."""
         key = (self.group.einsums, self.group.recompute, self.stored, self.policy, tuple(lp.rank for lp in loops),
                self.piece_signature(loops), grid)
         cache = self.forms.placements
         got = cache.get(key)
         if got is None:
-            got = cache[key] = self._place(loops, grid)
+            try:
+                got = self._place(loops, grid)
+            except ScheduleError as err:  # (refused by which loops are tiled, not by their sizes: kept too)
+                got = _Refused(str(err))
+            cache[key] = got
             if len(cache) > PLACEMENTS_MAX:
                 cache.popitem(last=False)
         else:
             cache.move_to_end(key)
+        if isinstance(got, _Refused):
+            raise ScheduleError(got.reason)
         self.scans, self.offsets, self.tails, self.skew, self.parent_halos = (got.scans, got.offsets, got.tails,
                                                                               got.skew, got.halos)
         self.notes = list(got.notes)
