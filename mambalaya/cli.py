@@ -8,12 +8,16 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import math
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,15 +166,57 @@ def _shown(cascade, arch, mapping: dict, what: str) -> str:
     return "\n\n".join(out)
 
 
+def _positive(text: str) -> float:
+    """An option's positive, finite number (``nan``, ``inf`` and ``-1`` are refused by argparse)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+class _Timeout(BaseException):
+    """:func:`_deadline`'s alarm."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None, what: str) -> Iterator[None]:
+    """Stop the block with a :class:`MambalayaError` after ``seconds`` of wall time (the CLI's main thread only;
+    a compiled kernel already running finishes its call first)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _Timeout  # (not an Exception: the mapper's handlers of refused groups must not swallow it)
+
+    start = time.monotonic()
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _Timeout:
+        raise MambalayaError(f"{what} did not finish within --timeout {seconds:g} s: raise it, or try smaller "
+                             "sizes") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if old_delay:  # (an alarm set before, a test runner's: it still fires when it was due)
+            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from mambalaya.exec.verify import verify_mapping
 
     cascade = _open(args)
     options = {"matmul_precision": args.matmul_precision} if args.backend == "triton" else {}
     limit = None if args.max_memory is None else int(args.max_memory * 2**30)
-    result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
-                            dtype=args.dtype, seed=args.seed, optimal=not args.unfused, max_memory_bytes=limit,
-                            **options)
+    with _deadline(args.timeout, f"verify of {cascade.name}"):
+        result = verify_mapping(cascade, arch=args.arch, mapping_file=args.mapping, backend=args.backend,
+                                dtype=args.dtype, seed=args.seed, optimal=not args.unfused, max_memory_bytes=limit,
+                                **options)
     if args.json:
         _emit_json(result)
     else:
@@ -331,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "over its boundaries (anything else falls back to ilp)")
     p.add_argument("--layers", type=int, default=1, help="chain N layers so cross-layer fusion is searched")
     p.add_argument("--mapping", help="evaluate this mapping file instead of optimising")
-    p.add_argument("--time-limit", type=float, help="seconds; the best mapping found so far and its gap")
+    p.add_argument("--time-limit", type=_positive, help="seconds; the best mapping found so far and its gap")
     p.add_argument("-o", "--output", help="also write the chosen mapping (YAML or JSON by suffix)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show", choices=["schedule", "numba", "triton"],
@@ -351,8 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tl.dot operand precision of the triton backend (its tolerance follows)")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-memory", type=float, metavar="GIB",
+    p.add_argument("--max-memory", type=_positive, metavar="GIB",
                    help="refuse a run that would allocate more than this (default: 80%% of this machine's memory)")
+    p.add_argument("--timeout", type=_positive, metavar="SECONDS",
+                   help="stop (exit 2) when mapping, compiling and running take longer than this")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_verify)
 

@@ -138,6 +138,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write a file so that a reader never sees it half-written, and a failure leaves no debris."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise MambalayaError(f"cannot write {path}: it is a folder; name a file in it")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.")
     except OSError as err:
@@ -147,6 +149,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as err:  # (a full disk, a folder made meanwhile: no half-written file is left)
+        Path(tmp).unlink(missing_ok=True)
+        raise MambalayaError(f"cannot write {path}: {err.strerror}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

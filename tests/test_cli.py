@@ -108,3 +108,28 @@ def test_a_chain_of_layers_on_an_arch_that_cannot_fuse_is_unfused(capsys: pytest
 def _map_on(capsys: pytest.CaptureFixture[str], arch: str, *args: str) -> dict:
     assert main(["map", "mamba1-decode", "--arch", arch, "--json", *args]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def test_an_output_path_that_is_a_folder_is_refused_in_one_line(tmp_path, capsys) -> None:
+    """Found by the fuzzing (tests/fuzz): ``map -o FOLDER`` raised IsADirectoryError from the atomic write."""
+    assert main(["map", "mlp2", "--arch", "cpu", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "it is a folder" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--max-memory", "--timeout"])
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_limits_must_be_positive_numbers(capsys, option: str, value: str) -> None:
+    """``--max-memory nan`` was a ValueError traceback."""
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "mlp2", option, value])
+    assert exc.value.code == 2 and "must be a positive number" in capsys.readouterr().err
+
+
+def test_verify_stops_at_its_timeout(capsys) -> None:
+    """``verify --timeout``: exit 2 and one line once mapping, compiling and running take longer (this small
+    Mamba-2's h200 mapping alone takes minutes; its size is its own, so no earlier test's searches are reused)."""
+    assert main(["verify", "mamba2", "--arch", "h200", "--set", "seqlen=92", "--timeout", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did not finish within --timeout 0.5 s" in err, err

@@ -79,6 +79,11 @@ def unit_dimension(unit: str) -> str | None:
     return found[0][0] if found else None
 
 
+#: The largest quantity a spec may give, in base units (1e30 B is 10^6 YB; 1e30 s outlasts the universe): past it, a
+#: mapping's sums overflow a float
+QUANTITY_MAX = 1e30
+
+
 def parse_quantity(text: object, dimension: str, field: str = "value") -> float | int:
     """Parse ``text`` as a quantity of ``dimension``; return it in SI base units.
 
@@ -110,6 +115,8 @@ def parse_quantity(text: object, dimension: str, field: str = "value") -> float 
             hint = " (bits are not accepted: write bytes with a capital B)"
         raise ArchError(f"{field}: unknown unit {unit!r} in {text!r}{hint}; {expect}")
     value = Fraction(number) * mine[0][1]
+    if abs(value) > QUANTITY_MAX:
+        raise ArchError(f"{field}: {text!r} is beyond {QUANTITY_MAX:g} {bases[0]}: out of any machine's range; {expect}")
     if dimension == "size":
         if value.denominator != 1:
             raise ArchError(f"{field}: {text!r} is not a whole number of bytes; {expect}")

@@ -35,6 +35,8 @@ from mambalaya.cost import CostReport
 from mambalaya.errors import WeightsError
 from mambalaya.exec.backend import get_backend
 from mambalaya.exec.realweights import bind_weights, layer_cascade
+from mambalaya.exec.reference import check_memory
+from mambalaya.exec.verify import Progress
 from mambalaya.ir.cascade import Cascade
 from mambalaya.mapper import optimal_mapping
 from mambalaya.parse import open_cascade
@@ -188,13 +190,18 @@ def _prediction(arch: str, layers: int, prompt_len: int, prefill: CostReport, de
 
 
 def predict_generation(config: dict | str | Path, arch: Arch | str, prompt_len: int = 1,
-                       *, layers: int | None = None) -> GenerationPrediction:
+                       *, layers: int | None = None, progress: bool | None = None) -> GenerationPrediction:
     """Predicted speed of greedy generation for a model config on ``arch``, from the mapper's optima of the
-    prefill, decode and head cascades (no weights needed). ``layers`` overrides the config's count."""
+    prefill, decode and head cascades (no weights needed). ``layers`` overrides the config's count. Each cascade's
+    mapping is a step shown on a terminal's stderr (``progress``: force it on or off): a GPU arch takes minutes."""
     cfg = load_hf_config(config) if isinstance(config, (str, Path)) else config
     arch_obj = arch if isinstance(arch, Arch) else load_arch(arch)
     mc = model_config(cfg)
-    reports = {k: optimal_mapping(c, arch_obj).report for k, c in model_cascades(cfg, prompt_len).items()}
+    steps = Progress(progress)
+    reports = {}
+    for stage, cascade in model_cascades(cfg, prompt_len).items():
+        with steps.step(f"mapping the {stage} cascade ({cascade.name}) on {arch_obj.name}"):
+            reports[stage] = optimal_mapping(cascade, arch_obj).report
     return _prediction(arch_obj.name, layers or mc.layers, prompt_len, reports["prefill"], reports["decode"],
                        reports["head"])
 
@@ -236,6 +243,7 @@ class Generator:
         key = (kind, prompt_len if kind == "prefill" else 0)
         if key not in self._stages:
             cascade = model_cascades(self.config, prompt_len)[kind]
+            check_memory(cascade, self.dtype, reference=False)  # (a long prompt's prefill holds every token's states)
             t0 = time.perf_counter()
             report = optimal_mapping(cascade, self.arch).report
             t1 = time.perf_counter()

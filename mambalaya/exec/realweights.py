@@ -14,7 +14,7 @@ import numpy as np
 from mambalaya.arch import Arch, load_arch
 from mambalaya.checkpoint import config_family, config_params, load_hf_config, load_mixer_weights
 from mambalaya.errors import WeightsError
-from mambalaya.exec.reference import run_reference
+from mambalaya.exec.reference import check_memory, run_reference
 from mambalaya.ir.cascade import Cascade
 from mambalaya.parse import open_cascade
 
@@ -84,6 +84,7 @@ def run_layer(
     c = layer_cascade(config, x.shape[0], x.shape[1], cascade)
     if x.shape[2] != c.rank_size("e"):
         raise WeightsError(f"input has d_model {x.shape[2]} but the config says {c.rank_size('e')}")
+    check_memory(c, dtype, reference=False)
     weights = load_mixer_weights(weights_path, layer, family=config_family(config))
     inputs = bind_weights(c, weights, str(weights_path))
     inputs["U"] = x

@@ -131,6 +131,9 @@ def _units(c: Candidate, objective: str, res: float, arch: Arch) -> int:
     """A candidate's cost in integer units of ``res``. Latency is rounded part by part, as the roofline
     adds it up: ``max(sum of members' compute, memory) + overheads``, each member's compute rounded
     alone, so compute-bound groups add up exactly and equal latencies stay equal in integers."""
+    if not (math.isfinite(c.latency_s) and math.isfinite(float(c.traffic_bytes))):
+        raise MappingError(f"[{', '.join(c.einsums)}] costs {c.latency_s} s on {arch.name}: the arch's figures are "
+                           "out of range (an overhead or a rate near the float limit); give it finite ones")
     if objective != "latency":
         return round(c.traffic_bytes / res)
     if not c.compute_s:

@@ -26,6 +26,8 @@ import itertools
 from dataclasses import dataclass, replace
 from functools import cache
 
+from sympy import divisors
+
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import memory_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
@@ -88,8 +90,9 @@ def score(cost: GroupCost, objective: str) -> Score:
 
 @cache
 def tile_options(size: int) -> tuple[int, ...]:
-    """Tiles below the full extent, largest first: its divisors and the powers of two."""
-    opts = {d for d in range(1, size) if size % d == 0}
+    """Tiles below the full extent, largest first: its divisors and the powers of two (the divisors by
+    factorising: trial division up to a rank of 10^12 took hours)."""
+    opts = {d for d in divisors(size) if d < size} if size > 1 else set()
     p = 1
     while p < size:
         opts.add(p)

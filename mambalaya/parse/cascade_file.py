@@ -43,13 +43,19 @@ def _to_python(node: yaml.Node, file: str | None) -> Any:
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = _to_python(key_node, file)
+            if isinstance(key, list | dict):  # (``? [a, b]``, ``[a]: 1``: YAML allows it, nothing here names one)
+                raise CascadeError("a key is a list or a map: keys are names", file=file, line=_line(key_node))
             if key in out:
                 raise CascadeError(f"key '{key}' appears twice: keep one", file=file, line=_line(key_node))
             out[key] = _to_python(value_node, file)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(v, file) for v in node.value]
-    return _scalar(node)
+    try:
+        return _scalar(node)
+    except yaml.YAMLError as err:  # (a tag such as ``!vocab:`` that safe YAML has no constructor for)
+        raise CascadeError(f"cannot read this value: {getattr(err, 'problem', None) or err}", file=file,
+                           line=_line(node)) from None
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:

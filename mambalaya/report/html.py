@@ -142,8 +142,9 @@ def render_html(s: Study, figures: dict[str, dict[str, bytes]], comparison: byte
     ]
     # the headline first (what a reader opened the report for), the cascade's own tables last
     sections = [_section("headline", "Headline", html_table(comparison_table(s)) + (
-        png(comparison, "comparison", "Latency and off-chip traffic per architecture, unfused vs the optimal fused "
-            "mapping (log scale; labels: unfused / optimal).") if len(s.archs) > 1 and comparison is not None else ""))]
+        png(comparison, "comparison", "Latency and off-chip traffic per architecture, the optimal fused mapping as a "
+            "share of the unfused (a linear axis from zero; the absolute figures under each arch).")
+        if len(s.archs) > 1 and comparison is not None else ""))]
     nav = [("headline", "Headline")]
     for a in s.archs:
         n = a.arch.name

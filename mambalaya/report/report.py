@@ -7,7 +7,7 @@ report, so ``-o .`` can never wipe a user's files.
 
 Layout (per architecture ``A``)::
 
-    DIR/report.md  report.html  report.json  mapping.json (the first arch's)  comparison.png (2+ archs)
+    DIR/report.md  report.html  report.json  mapping.json (one arch)  comparison.png (2+ archs)
     DIR/A/mapping.json  einsums.csv  groups.csv  cascade.svg  roofline.png  utilisation.png
 """
 
@@ -111,7 +111,8 @@ def report_files(s: Study) -> dict[str, bytes | str]:
     comparison = comparison_figure(s) if len(s.archs) > 1 else None
     if comparison is not None:
         files["comparison.png"] = comparison
-    files["mapping.json"] = mapping_json(s.archs[0], s.objective)
+    if len(s.archs) == 1:  # (with several, each arch's is in its folder: a top-level one would name one of them)
+        files["mapping.json"] = mapping_json(s.archs[0], s.objective)
     files["report.json"] = summary_json(s)
     files["report.md"] = render_markdown(s, listing)
     files["report.html"] = render_html(s, figures, comparison, __version__)

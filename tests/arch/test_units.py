@@ -123,3 +123,11 @@ def test_every_output_writes_sizes_times_and_rates_one_way(capsys) -> None:
     out = capsys.readouterr().out
     assert "µs" in out and "KiB" in out
     assert not re.search(r"\d (us|kB|MB|GB|TB/s)\b", out), out
+
+
+@pytest.mark.parametrize("text", ["1e400 us", "1e308 s", "1e31 B", "-1e40 GB/s"])
+def test_a_quantity_past_any_machine_is_refused(text: str) -> None:
+    """Found by the fuzzing (tests/fuzz): ``1e400 us`` overflowed a float (a traceback) and ``per_transfer: 1e308 s``
+    priced a group at inf s, which the solver rounded into NaN."""
+    with pytest.raises(ArchError, match="out of any machine's range"):
+        parse_quantity(text, unit_dimension(text.split()[1]), "overheads.per_group")

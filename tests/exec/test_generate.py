@@ -220,3 +220,17 @@ def test_mamba_ssm_checkpoint_layout_generates_the_same_tokens(tmp_path) -> None
         "ssm_cfg": {"d_state": 8}, "rms_norm": True, "residual_in_fp32": True}))
     got = generate(tmp_path / "config.json", tmp_path / "model.npz", [4, 5, 6], 10)
     assert got.tokens == want
+
+
+def test_predict_generation_shows_each_mapping_as_a_step(capsys) -> None:
+    """A GPU arch's three mappings took minutes with nothing on screen: each is now a step on stderr."""
+    from mambalaya.exec.generate import predict_generation
+    from mambalaya.exec.random_model import random_model_config
+
+    cfg = random_model_config("mamba-130m", 1, vocab_size=64, hidden_size=16, intermediate_size=32,
+                              time_step_rank=2, state_size=4)
+    predict_generation(cfg, "cpu", prompt_len=8, progress=True)
+    err = capsys.readouterr().err
+    assert all(f"mapping the {stage} cascade" in err for stage in ("prefill", "decode", "head")), err
+    predict_generation(cfg, "cpu", prompt_len=8, progress=False)
+    assert capsys.readouterr().err == ""

@@ -6,6 +6,7 @@ the message must name the file, the line and the problem.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -168,3 +169,25 @@ def test_a_bad_size_override_names_the_param_set(capsys, value):
     assert main(["analyze", "mamba2", "--set", f"seqlen={value}"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"param seqlen={value}" in err and "positive whole number" in err and "derived" not in err, err
+
+
+@pytest.mark.parametrize("text, line, what", [
+    ("name: n\n[ranks]: {m: 4}\neinsums:\n  - Y[m] = A[m]\n", 2, "a key is a list or a map"),
+    ("name: n\nparams: {M: !vocab: 4}\nranks: {m: M}\neinsums:\n  - Y[m] = A[m]\n", 2, "cannot read this value"),
+])
+def test_a_key_that_is_a_list_or_an_unknown_tag_names_its_line(tmp_path, capsys, text, line, what):
+    """Found by the fuzzing (tests/fuzz): ``[ranks]: ...`` raised ``TypeError: unhashable type: 'list'`` and a tag
+    safe YAML cannot construct (``!vocab:``) a ConstructorError traceback."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and what in err and f"{path}:{line}" in err, err
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_of_a_trillion_maps(capsys):
+    """Found by the fuzzing: tile options were the rank's divisors by trial division up to the rank, hours at 10^12
+    (the mapper's tile search hung where analyze and the reference's memory check answer at once)."""
+    assert main(["map", "mlp2", "--arch", "cpu", "--set", "M=1000000000000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimal"] is True

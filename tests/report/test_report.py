@@ -62,7 +62,7 @@ def report_dir(tmp_path_factory) -> Path:
 
 def test_layout(report_dir):
     names = sorted(str(p.relative_to(report_dir)) for p in report_dir.rglob("*") if p.is_file())
-    want = {"report.md", "report.html", "report.json", "mapping.json", "comparison.png"}
+    want = {"report.md", "report.html", "report.json", "comparison.png"}  # (each arch's mapping.json in its folder)
     for arch in ("mambalaya", "h200"):
         want |= {f"{arch}/{f}" for f in ("mapping.json", "einsums.csv", "groups.csv", "cascade.svg", "roofline.png",
                                           "utilisation.png")}
@@ -103,7 +103,7 @@ def test_markdown_and_csv(report_dir):
 
 def test_mapping_json_loads_and_validates(report_dir):
     cascade = open_cascade("mamba1", params={"seqlen": 16})
-    top = load_mapping(report_dir / "mapping.json").validate(cascade)
+    top = load_mapping(report_dir / "mambalaya" / "mapping.json").validate(cascade)
     assert top.arch == "mambalaya"
     assert load_mapping(report_dir / "h200" / "mapping.json").validate(cascade).arch == "h200"
     summary = json.loads((report_dir / "report.json").read_text())
@@ -209,3 +209,24 @@ def test_report_markdown_has_the_gpu_kernel_section_for_gpu_archs_only(tmp_path)
     h200 = md[md.index("## h200"):]
     assert "### GPU kernels (`--backend triton`)" in h200
     assert "### GPU kernels" not in md[md.index("## mambalaya"):md.index("## h200")]
+
+
+def test_the_comparison_bars_read_their_ratio_from_zero():
+    """The bars sat on a log axis with a non-zero floor (a 2.78x speedup looked like 8x): now each arch's unfused is
+    1.0 on a linear axis from 0, the fused bar its share, the absolute figures under the arch's name."""
+    import matplotlib.pyplot as plt
+
+    from mambalaya.report.content import study
+    from mambalaya.report.figures import comparison_axes
+
+    s = study(open_cascade("mlp2"), ["cpu", "mambalaya"])
+    fig = comparison_axes(s)
+    try:
+        for ax, key in zip(fig.axes, ("latency_s", "traffic_bytes"), strict=True):
+            assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+            heights = [p.get_height() for p in ax.patches]
+            want = [float(getattr(a.report, key)) / float(getattr(a.unfused, key)) for a in s.archs]
+            assert heights == pytest.approx([1.0] * len(s.archs) + want)
+            assert all(a.arch.name in t.get_text() for a, t in zip(s.archs, ax.get_xticklabels(), strict=True))
+    finally:
+        plt.close(fig)
