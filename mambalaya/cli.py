@@ -118,6 +118,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_map(args: argparse.Namespace) -> int:
     from mambalaya.arch import load_arch
+    from mambalaya.exec.verify import Progress
     from mambalaya.mapper import map_command_result
     from mambalaya.mapper.mapreport import format_map_report
 
@@ -125,8 +126,9 @@ def cmd_map(args: argparse.Namespace) -> int:
     arch = load_arch(args.arch)
     if args.layers < 1:
         raise MambalayaError(f"--layers must be at least 1, got {args.layers}")
-    result = map_command_result(cascade, arch, args.objective, args.method, args.layers, args.mapping,
-                                args.time_limit, recompute=args.recompute)
+    with Progress().step(f"mapping {cascade.name} on {arch.name}"):  # (a spinner on a terminal: a GPU takes minutes)
+        result = map_command_result(cascade, arch, args.objective, args.method, args.layers, args.mapping,
+                                    args.time_limit, recompute=args.recompute)
     if args.output:
         from mambalaya.ir.mapping import mapping_from_dict, save_mapping
 
@@ -305,12 +307,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from mambalaya.exec.verify import Progress
     from mambalaya.report.report import check_output_dir, write_report
 
     check_output_dir(args.output)  # before any solving: a bad folder costs nothing
     cascade = _open(args)
     start = time.perf_counter()
-    out = write_report(cascade, args.arch, args.output, args.objective)
+    with Progress().step(f"mapping {cascade.name} on {', '.join(args.arch)} and writing the report"):
+        out = write_report(cascade, args.arch, args.output, args.objective)
     print(f"wrote {out}/report.html and report.md ({', '.join(args.arch)}) in {time.perf_counter() - start:.1f} s",
           file=sys.stderr)
     return EXIT_OK

@@ -133,3 +133,13 @@ def test_verify_stops_at_its_timeout(capsys) -> None:
     assert main(["verify", "mamba2", "--arch", "h200", "--set", "seqlen=92", "--timeout", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "did not finish within --timeout 0.5 s" in err, err
+
+
+def test_mapping_shows_a_step_on_a_terminal(capsys, monkeypatch) -> None:
+    """A GPU arch's mapping takes minutes: on a terminal ``map`` shows it as a step (silent when piped)."""
+    from mambalaya.exec import verify
+
+    real = verify.Progress.__init__
+    monkeypatch.setattr(verify.Progress, "__init__", lambda self, show=None: real(self, True))
+    assert main(["map", "mlp2", "--arch", "cpu", "--json"]) == 0
+    assert "mapping mlp2 on cpu" in capsys.readouterr().err

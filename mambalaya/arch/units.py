@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from mambalaya.errors import ArchError
 
-__all__ = ["DIMENSIONS", "fmt_bytes", "fmt_rate", "fmt_time", "format_quantity", "parse_quantity", "unit_dimension"]
+__all__ = ["DIMENSIONS", "fmt_bytes", "fmt_change", "fmt_rate", "fmt_time", "format_quantity", "parse_quantity", "unit_dimension"]
 
 # dimension -> (base unit spellings, example shown in error messages)
 DIMENSIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -132,6 +132,14 @@ _FORMAT_UNITS = {
     "compute": "op/s",
     "per_cycle": "op/cycle",
 }
+
+
+def fmt_change(before: float, after: float, less: str = "lower", more: str = "higher") -> str:
+    """How ``after`` compares with ``before`` as a factor of at least 1 and its direction: "2.10x lower" where it
+    fell, "2.08x higher" where it rose (a ratio below 1 read "0.48x lower" for traffic that doubled)."""
+    if after <= 0 or before <= 0:
+        return "-"
+    return f"{before / after:.2f}× {less}" if after <= before else f"{after / before:.2f}× {more}"
 
 
 def fmt_bytes(n: float | None) -> str:

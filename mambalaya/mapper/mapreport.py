@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from mambalaya.arch import Arch, load_arch
-from mambalaya.arch.units import fmt_bytes, fmt_time
+from mambalaya.arch.units import fmt_bytes, fmt_change, fmt_time
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import LATENCY_PARTS
 from mambalaya.cost.model import CostReport, evaluate
@@ -119,7 +119,7 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
     if result.get("speedup"):
         console.print(
             f"speedup over unfused {result['speedup']:.2f}x, traffic "
-            f"{result['traffic_reduction']:.2f}x lower; solved in {result['solve_s']:.2f} s"
+            f"{fmt_change(result['traffic_reduction'] or 0.0, 1.0)}; solved in {result['solve_s']:.2f} s"
         )
     rows = Table(title="per Einsum")
     for col in ("einsum", "group", "traffic", "memory", "compute", "latency", "FLOP/B", "bound", "ops"):

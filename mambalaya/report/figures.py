@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from mambalaya.report.content import ArchStudy, Study
-from mambalaya.report.fmt import fmt_bytes, fmt_time
+from mambalaya.report.fmt import fmt_bytes, fmt_change, fmt_time
 from mambalaya.report.plots import figure_bytes, roofline_figure, utilisation_figure
 from mambalaya.report.render import render_bytes
 
@@ -42,7 +42,7 @@ def comparison_axes(s: Study):
         ax.bar([x + 0.2 for x in xs], share, 0.4, label="optimal fused", color="#2f6db5")
         for x, u, o, f in zip(xs, un, op, share, strict=True):
             if o > 0:
-                ax.annotate(f"{u / o:.2f}× {'less' if o <= u else 'more'}", (x + 0.2, f), xytext=(0, 3),
+                ax.annotate(fmt_change(u, o, "less", "more"), (x + 0.2, f), xytext=(0, 3),
                             textcoords="offset points", ha="center", fontsize=8)
         ax.set_xticks(list(xs), [f"{a.arch.name}\n{fmt(u)} → {fmt(o)}" for a, u, o in zip(s.archs, un, op,
                                                                                           strict=True)], fontsize=8)

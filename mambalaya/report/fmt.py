@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from mambalaya.arch.units import fmt_bytes, fmt_rate, fmt_time
+from mambalaya.arch.units import fmt_bytes, fmt_change, fmt_rate, fmt_time
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:
@@ -26,4 +26,4 @@ def fmt_ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}×"
 
 
-__all__ = ["fmt_bytes", "fmt_num", "fmt_pct", "fmt_rate", "fmt_ratio", "fmt_time"]
+__all__ = ["fmt_bytes", "fmt_change", "fmt_num", "fmt_pct", "fmt_rate", "fmt_ratio", "fmt_time"]

@@ -131,3 +131,13 @@ def test_a_quantity_past_any_machine_is_refused(text: str) -> None:
     priced a group at inf s, which the solver rounded into NaN."""
     with pytest.raises(ArchError, match="out of any machine's range"):
         parse_quantity(text, unit_dimension(text.split()[1]), "overheads.per_group")
+
+
+def test_a_change_reads_as_a_factor_of_at_least_one_with_its_direction() -> None:
+    """``map`` printed "traffic 0.48x lower" where fused traffic was 2.1x higher."""
+    from mambalaya.arch.units import fmt_change
+
+    assert fmt_change(2.1, 1.0) == "2.10× lower"
+    assert fmt_change(1.0, 2.1) == "2.10× higher"
+    assert fmt_change(0.48, 1.0, "less", "more") == "2.08× more"
+    assert fmt_change(0.0, 1.0) == "-"
