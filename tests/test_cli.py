@@ -143,3 +143,16 @@ def test_mapping_shows_a_step_on_a_terminal(capsys, monkeypatch) -> None:
     monkeypatch.setattr(verify.Progress, "__init__", lambda self, show=None: real(self, True))
     assert main(["map", "mlp2", "--arch", "cpu", "--json"]) == 0
     assert "mapping mlp2 on cpu" in capsys.readouterr().err
+
+
+def test_a_time_limit_stops_the_search_and_says_what_it_proved(capsys) -> None:
+    """``--time-limit`` bounded only the MIP solve: the small Mamba-2 on h200 searched groups for minutes past it.
+    Now no group is searched after it; the answer is the unfused baseline, not proven optimal, with its gap to the
+    last lower bound a solve proved (this size is its own: no earlier test's searches are reused)."""
+    assert main(["map", "mamba2", "--arch", "h200", "--set", "seqlen=76", "--time-limit", "1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["optimal"] is False and got["method"].startswith("time limit") and 0 < got["gap"] <= 1
+    assert "time limit of 1 s" in got["left_out"]
+    assert all(len(g["einsums"]) == 1 for g in got["mapping"]["groups"])
+    assert main(["map", "mlp2", "--arch", "cpu", "--time-limit", "600", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimal"] is True

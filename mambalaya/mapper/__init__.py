@@ -45,8 +45,26 @@ from mambalaya.mapper.heuristics import evaluate, greedy_mapping, unfused_baseli
 from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
 from mambalaya.mapper.recompute import variants as recompute_variants
-from mambalaya.mapper.solver import SOLVERS, Problem, Solution, cheapest_covers, register_solver, schedule, solve
-from mambalaya.mapper.space import OBJECTIVES, Candidate, Space, build_space, refine, shared_coster
+from mambalaya.mapper.solver import (
+    SOLVERS,
+    Problem,
+    Solution,
+    SolveTimeout,
+    cheapest_covers,
+    register_solver,
+    schedule,
+    solve,
+)
+from mambalaya.mapper.space import (
+    OBJECTIVES,
+    SEARCH_DEADLINE,
+    Candidate,
+    OutOfTime,
+    Space,
+    build_space,
+    refine,
+    shared_coster,
+)
 from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling
 
 P = ParamSpec("P")
@@ -234,6 +252,42 @@ def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
                     max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None) -> MapResult:
+    """:func:`_optimal_mapping` under ``time_limit_s`` (seconds of the whole mapping, searches included): once it
+    passes, no further group is searched and the result is the best mapping known to fit, the unfused baseline
+    (each Einsum at its best tiling), with ``optimal`` false and the gap to the last lower bound a solve proved
+    (1 when none had been: the limit passed before the first solve)."""
+    arch = load_arch(arch) if isinstance(arch, str) else arch
+    if time_limit_s is None:
+        return _optimal_mapping(cascade, arch, objective, method, None, max_size=max_size, layers=layers,
+                                max_cross=max_cross, recompute=recompute, lazy=lazy)
+    start = time.perf_counter()
+    known: dict[str, float] = {}  # the last lower bound a solve proved (objective units), filled by the search
+    token = SEARCH_DEADLINE.set(start + time_limit_s)
+    try:
+        return _optimal_mapping(cascade, arch, objective, method, time_limit_s, max_size=max_size, layers=layers,
+                                max_cross=max_cross, recompute=recompute, lazy=lazy, known=known)
+    except OutOfTime:
+        pass
+    finally:
+        SEARCH_DEADLINE.reset(token)
+    chained = chain_layers(cascade, layers) if layers > 1 else cascade
+    ctx = shared_coster(chained, arch, objective).ctx
+    mapping = unfused_baseline(chained, arch, ctx=ctx)
+    report = evaluate(chained, arch, mapping, ctx=ctx)
+    value = report.latency_s if objective == "latency" else float(report.traffic_bytes)
+    bound = known.get("bound")
+    gap = 1.0 if bound is None or value <= 0 else max(0.0, (value - bound) / value)
+    searched = shared_coster(chained, arch, objective).searched
+    return MapResult(mapping, report, False, gap, time.perf_counter() - start, 0, "time limit: unfused baseline",
+                     objective, value, 0.0, left_out=f"every group not searched within the time limit of "
+                     f"{time_limit_s:g} s (the unfused baseline is the best mapping known to fit)",
+                     pruned={"searched": searched})
+
+
+def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", method: str = "ilp",
+                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
+                     max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None,
+                     known: dict[str, float] | None = None) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
     ``method``: a registered solver (``ilp``, the default: the downset shortest path, else SCIP; ``mip``; ``downsets``;
@@ -254,7 +308,6 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
     """
     if objective not in OBJECTIVES:
         raise MappingError(f"unknown objective '{objective}': use one of {', '.join(OBJECTIVES)}")
-    arch = load_arch(arch) if isinstance(arch, str) else arch
     if recompute and layers > 1:
         raise MappingError("recompute search maps one layer (layers=1)")
     caller_capped = max_size is not None or (layers > 1 and max_cross is not None)
@@ -279,12 +332,19 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
             raise explain_infeasible(space)  # (also once a refinement drops the last group a bound said fits)
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
-        sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
-        if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
-            sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
+        try:
+            sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
+            if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
+                sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
+        except SolveTimeout:
+            if known is None:
+                raise
+            raise OutOfTime from None  # (the mapping's own time limit: its best known mapping instead)
         picked = [cands[i] for i in sol.chosen]
         if all(c.exact for c in picked):
             break
+        if known is not None and sol.optimal:  # (on bounds: the optimum over the space costs at least this)
+            known["bound"] = max(known.get("bound", 0.0), sol.bound * res)
         searched = space.coster.searched - searched_before if space.coster is not None else 0
         rounds.append((pruned, searched))
         stalled = len(rounds) > LAZY_STALL_ROUNDS and \

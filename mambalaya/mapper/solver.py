@@ -73,6 +73,10 @@ class Problem:
         return self.secondary[i] if self.secondary else 0
 
 
+class SolveTimeout(MappingError):
+    """A method without an incumbent to return ran past its time limit."""
+
+
 @dataclass(frozen=True)
 class Solution:
     """Chosen candidate indices (any order), the integer objective, and what was proven."""
@@ -400,7 +404,7 @@ def solve_exhaustive(problem: Problem, time_limit_s: float | None = None) -> Sol
                 best[0], best[1] = cost, chosen
             return
         if deadline is not None and stats["nodes"] % 4096 == 0 and time.perf_counter() > deadline:
-            raise MappingError(f"exhaustive search exceeded its {time_limit_s} s limit")
+            raise SolveTimeout(f"exhaustive search exceeded its {time_limit_s} s limit")
         for i in by_first[problem.einsums[k]]:
             g = problem.groups[i]
             if covered.isdisjoint(g) and not clashes(chosen, i):
@@ -462,7 +466,7 @@ class _Downsets:
                 if self.visited > DOWNSETS_MAX:
                     raise TooManyDownsets(f"more than {DOWNSETS_MAX} downsets: use method 'mip'")
                 if deadline is not None and self.visited % 256 == 0 and time.perf_counter() > deadline:
-                    raise MappingError(f"method 'downsets' exceeded its {time_limit_s} s limit")
+                    raise SolveTimeout(f"method 'downsets' exceeded its {time_limit_s} s limit")
                 free = ~d
                 if self.vector is not None:
                     steps = np.flatnonzero(((self.vector[0] & np.uint64(d)) == 0)

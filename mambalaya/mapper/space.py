@@ -28,8 +28,10 @@ the linear rows that keep the cover exact.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from mambalaya.analysis.candidates import EinsumDag, GroupEnumeration
@@ -184,6 +186,21 @@ def shared_coster(cascade: Cascade, arch: Arch, objective: str) -> Coster:
     return got
 
 
+#: When a mapping must stop searching groups (``time.perf_counter()`` seconds; None: never), set by
+#: :func:`~mambalaya.mapper.optimal_mapping`'s time limit for the searches it runs
+SEARCH_DEADLINE: ContextVar[float | None] = ContextVar("mambalaya_search_deadline", default=None)
+
+
+class OutOfTime(Exception):
+    """The time limit passed before a group's tile search (:data:`SEARCH_DEADLINE`): nothing was cached for it."""
+
+
+def _check_deadline() -> None:
+    deadline = SEARCH_DEADLINE.get()
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfTime
+
+
 class Coster:
     """Chooses each group's tiling and costs it, caching by layer-relative shape."""
 
@@ -298,6 +315,7 @@ class Coster:
         return self.shapes[key]
 
     def _exact(self, members: tuple[str, ...]) -> Choice | Rejected:
+        _check_deadline()
         self.searched += 1
         got = best_tiling(self.ctx, members, self.objective)
         return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
@@ -322,6 +340,7 @@ class Coster:
         if len(members) > 1 and dominated(b := self.composed.bound(members)):
             return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                              (float(b.traffic_bytes), b.latency_s), split)
+        _check_deadline()
         self.searched += 1
         got = best_tiling(self.ctx, members, obj, give_up=dominated if len(members) > 1 else None)
         if not isinstance(got, Tiled):
