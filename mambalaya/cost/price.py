@@ -23,7 +23,7 @@ from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
 from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
 from mambalaya.schedule.compute import dot_plans
-from mambalaya.schedule.registers import read_in_place, register_loops
+from mambalaya.schedule.registers import may_run_in_registers, read_in_place, register_loops
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,26 @@ def staged_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
     return n
 
 
+def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
+    """A lower bound on :func:`staged_bytes` at every tiling of the group ``untiled`` is the untiled schedule of:
+    what its computes write and read back (2 accesses an element), but for members some tiling may keep in
+    registers (:func:`~mambalaya.schedule.registers.may_run_in_registers`). Tiles only add executions (each
+    computes no fewer points in all than the untiled schedule's one), the point-wise members inlined into their
+    readers are the same at every tiling, and loads count nothing (a tiling may read them in place)."""
+    if ctx.arch.staging_bandwidth <= 0:
+        return 0
+    members = frozenset(untiled.members)
+    n = 0
+    for s, _ in untiled.statements():
+        if isinstance(s, Compute):
+            e = ctx.cascade.einsum(s.einsum)
+            if may_run_in_registers(ctx.cascade, e, members):
+                continue
+            points = math.prod(extent.range_length(r, untiled.loops) for r in s.ranges if r.rank in e.out_ranks)
+            n += 2 * points * s.executions * ctx.cascade.tensors[e.name].element_bytes
+    return n
+
+
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
     """Ops charged to each of the group's own Einsums: its own, times the programs it runs in (and the matrix
     unit's waste on short reductions, :func:`matrix_waste`), and those of the recomputed producers it is the
@@ -255,4 +275,5 @@ def chain_statements(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "matrix_waste", "member_ops", "sector_bytes", "staged_bytes", "traffic_rows"]
+__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "matrix_waste", "member_ops",
+           "sector_bytes", "staged_bytes", "traffic_rows"]

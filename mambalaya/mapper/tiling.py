@@ -29,8 +29,9 @@ from functools import cache
 from sympy import divisors
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.latency import memory_seconds
+from mambalaya.cost.latency import memory_seconds, staging_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
+from mambalaya.cost.price import least_staged_bytes
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import Load, ScheduleError, extent
@@ -100,6 +101,18 @@ def tile_options(size: int) -> tuple[int, ...]:
     return tuple(sorted(opts, reverse=True))
 
 
+def grid_breakers(ctx: CostContext, einsums: tuple[str, ...]) -> frozenset[str]:
+    """The ranks whose loops are never in a GPU program grid in a group of ``einsums``: those some member reduces
+    over (its partial sums accumulate across the loop) or scans along (its state carries across it)."""
+    out: set[str] = set()
+    for n in einsums:
+        e = ctx.cascade.einsum(n)
+        out.update(e.reduced_ranks)
+        if e.recurrence is not None:
+            out.add(e.recurrence.rank)
+    return frozenset(out)
+
+
 def search_order(ctx: CostContext, einsums: tuple[str, ...]) -> tuple[str, ...]:
     """The loop order a group's tilings are searched in first: the analysis's, with a recurrence's loop moved
     innermost on an arch with program slots (the loops outside it can then be the program grid)."""
@@ -128,6 +141,7 @@ class _Search:
         tileable = {r for r, _ in ctx.analysis.tileable(einsums)}
         self.loops = [r for r in self.order if r in tileable]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
+        self.breakers = grid_breakers(ctx, einsums)
         self.seen: dict[tuple, GroupCost | NoFit] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
@@ -251,9 +265,9 @@ class _Search:
         """A lower bound on the cost at every tiling, from the untiled schedule (whether or not it fits): its
         compute (tiles only add programs' replicas), its stores and its dense loads (a load covering its box
         densely, :func:`~mambalaya.schedule.extent.dense_box`, moves no less under any tiling; a sparse one may,
-        so it counts 0), its overheads, over the most of the chip any grid of its loops can reach
-        (:meth:`widest_grid`: tiles may spread it over more programs). None when
-        the group has no untiled schedule."""
+        so it counts 0), the least it stages through scratch (:func:`~mambalaya.cost.price.least_staged_bytes`), its
+        overheads, over the most of the chip any grid of its loops can reach (:meth:`widest_grid`: tiles may spread
+        it over more programs). None when the group has no untiled schedule."""
         if not self._bound:
             self._bound.append(self._lower_bound())
         return self._bound[0]
@@ -278,19 +292,27 @@ class _Search:
         # every recurrence walks all steps of its rank in some program, one after another, at least one block each
         chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
                     if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
-        return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=0.0, chain_s=min(chain, got.chain_s),
-                       latency_s=max(max(got.compute_s, memory) / frac, min(chain, got.chain_s)) + got.overhead_s)
+        staging = staging_seconds(self.ctx.arch, least_staged_bytes(self.ctx, sched))
+        return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=staging,
+                       chain_s=min(chain, got.chain_s),
+                       latency_s=max((max(got.compute_s, memory) + staging) / frac, min(chain, got.chain_s)) + got.overhead_s)
 
     def widest_grid(self, tiles: dict[str, int] | None = None) -> int:
-        """An upper bound on the programs of a tiling's grid (of any tiling's, without ``tiles``): the trips of every
-        tileable loop but the recurrences' (whose steps are sequential, innermost on a GPU), at tiles of one unless
-        given. A grid of P programs keeps at most ``min(1, P / slots)`` of the chip busy, so a group whose only
-        parallel loop is a batch of one cannot be priced at the whole chip."""
-        seq = {rec.rank for e in self.einsums if (rec := self.ctx.cascade.einsum(e).recurrence) is not None}
+        """An upper bound on the programs of a tiling's grid (of any tiling's, without ``tiles``). A GPU's grid is the
+        leading loops whose role is parallel, and a loop over a rank some member reduces over or scans along is
+        never parallel (the member accumulates across it, carries its state across it, or runs outside it, which
+        ends the grid: :meth:`grid_breakers`). So the grid is at most the trips of the tiled loops before the first
+        tiled such loop; without ``tiles``, every other tileable loop at tiles of one. A grid of P programs keeps at
+        most ``min(1, P / slots)`` of the chip busy, so a group that reduces over all but a batch of one cannot be
+        priced at the whole chip."""
         n = 1
         for r in self.loops:
-            if r not in seq:
-                n *= -(-self.size[r] // (1 if tiles is None else tiles.get(r, self.size[r])))
+            t = self.size[r] if tiles is None else tiles.get(r, self.size[r])
+            if r in self.breakers:
+                if tiles is not None and t < self.size[r]:
+                    break
+                continue
+            n *= -(-self.size[r] // (1 if tiles is None else t))
         return n
 
     def floor(self, tiles: dict[str, int]) -> float | None:
@@ -301,7 +323,7 @@ class _Search:
             return None
         slots = self.ctx.arch.program_slots
         frac = min(1.0, self.widest_grid(tiles) / slots) if slots else 1.0
-        return max(max(lb.compute_s, lb.memory_s) / frac, lb.chain_s) + lb.overhead_s
+        return max((max(lb.compute_s, lb.memory_s) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
     def hopeless(self, tiles: dict[str, int], best: GroupCost) -> bool:
         """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`):

@@ -68,6 +68,28 @@ def _plain(acc: Access, ranks: tuple[str, ...]) -> bool:  # (the tile search ask
     return True
 
 
+def gemm_plan(c: Cascade, e: Einsum) -> tuple[int, Contraction] | None:
+    """(sign, plan) when ``e`` is one contraction of two plainly read operands (no recurrence, mask or second
+    term): what :func:`register_gemm` asks of the Einsum itself, which no tiling changes."""
+    if e.recurrence is not None or e.where or len(e.terms()) != 1:
+        return None
+    sign, term, summed = e.terms()[0]
+    plan = contraction(c, e, term, summed, vector=True)
+    if plan is None or len(plan.a) != 1 or len(plan.b) != 1:
+        return None
+    if not all(isinstance(f, Access) and plain_access(f, e) for f in (*plan.a, *plan.b)):
+        return None
+    return sign, plan
+
+
+def may_run_in_registers(c: Cascade, e: Einsum, members: frozenset[str]) -> bool:
+    """Whether some tiling of a group of ``members`` could print ``e`` as a :class:`RegisterGemm`: it is a
+    :func:`gemm_plan` whose operands are both loaded, not computed in the group (a member's output is read from
+    its buffer, never loaded)."""
+    got = gemm_plan(c, e)
+    return got is not None and all(f.tensor not in members for f in (*got[1].a, *got[1].b))
+
+
 def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) -> RegisterGemm | None:
     """The :class:`RegisterGemm` form of ``loop`` (a block of ``g``) followed by statement ``after``, or None."""
     inline = {m for m, _ in g.inline}
@@ -77,17 +99,16 @@ def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) 
         return None
     s = computes[0]
     e = c.einsum(s.einsum)
-    if (s.accumulate != loop.loop or s.scan or s.inits or after.buffer != s.buffer or after.tensor != e.name
-            or e.recurrence is not None or e.where or len(e.terms()) != 1):
+    if s.accumulate != loop.loop or s.scan or s.inits or after.buffer != s.buffer or after.tensor != e.name:
         return None
-    sign, term, summed = e.terms()[0]
-    plan = contraction(c, e, term, summed, vector=True)
-    if plan is None or len(plan.a) != 1 or len(plan.b) != 1:
+    got = gemm_plan(c, e)
+    if got is None:
         return None
+    sign, plan = got
     reads, accs = dict(s.reads), distinct_accesses(e)
     direct: dict[str, str] = {}
     for f in (*plan.a, *plan.b):
-        if not isinstance(f, Access) or f.tensor in inline or f not in accs or not plain_access(f, e):
+        if f.tensor in inline or f not in accs:
             return None
         buf = reads.get((accs.index(f),))
         load = next((x for x in loads if x.buffer == buf), None)
@@ -185,5 +206,6 @@ def register_loops(c: Cascade, g: GroupSchedule) -> list[RegisterGemm]:
     return out
 
 
-__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "direct_loads", "plain_access", "read_in_place", "register_gemm",
+__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "direct_loads", "gemm_plan", "may_run_in_registers",
+           "plain_access", "read_in_place", "register_gemm",
            "register_loops"]

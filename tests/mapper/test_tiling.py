@@ -186,3 +186,59 @@ def test_a_scan_at_a_million_tokens_runs_its_recurrence_innermost() -> None:
     alone = _Search(ctx, members, "latency", None, first).run()
     assert isinstance(got, Tiled) and got.group.loop_order == inner
     assert not isinstance(alone, Tiled) or got.cost.latency_s < alone.cost.latency_s
+
+
+def _check_grid(ctx, members, tiles_list) -> int:
+    """Lower each tiling of ``members`` on a GPU arch: its grid never has more programs than the search's widest
+    grid for those tiles (nor than for any tiles), the loops in it are none of the grid breakers, and neither the
+    group's bound nor the floor at these tiles is above its cost."""
+    s = _Search(ctx, members, "latency", None)
+    checked = 0
+    for tiles in tiles_list:
+        try:
+            sched = ctx.lower(FusionGroup(members, s.order, tiles), check=False)
+        except ScheduleError:
+            continue
+        programs = group_costs(ctx, sched)[0].programs
+        assert programs <= s.widest_grid(tiles) <= s.widest_grid(), (members, tiles, programs, s.widest_grid(tiles))
+        assert not {lp.rank for lp in sched.loops[:sched.grid]} & s.breakers, (members, tiles, sched.loops)
+        cost, lb = group_costs(ctx, sched)[0], s.bound()
+        if lb is not None:  # (the least staging and the widest grid are parts of the bound)
+            assert lb.staging_s <= cost.staging_s * (1 + 1e-12), (members, tiles, lb.staging_s, cost.staging_s)
+            assert lb.latency_s <= cost.latency_s * (1 + 1e-12), (members, tiles, lb.latency_s, cost.latency_s)
+            assert s.floor(tiles) <= cost.latency_s * (1 + 1e-12), (members, tiles, s.floor(tiles), cost.latency_s)
+        checked += 1
+    return checked
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(random_cascades(max_einsums=4), st.data())
+def test_no_grid_is_wider_than_the_search_bounds_it(data_cascade, data) -> None:
+    """The search prices a tiling's idle chip from the widest grid it can have (the group's bound and the floor
+    that skips tilings unlowered rest on it): a loop a member reduces over or scans along is never in a grid."""
+    c = cascade_from_dict(data_cascade)
+    ctx = CostContext(c, load_arch("h200"))
+    for members in _groups(c, ctx, limit=4):
+        loops = [r for r, _ in ctx.analysis.tileable(members)]
+        tiles_list = [{r: data.draw(st.sampled_from(tile_options(c.rank_size(r))), label=r)
+                       for r in loops if tile_options(c.rank_size(r)) and data.draw(st.booleans(), label=f"tile {r}")}
+                      for _ in range(3)]
+        _check_grid(ctx, members, tiles_list)
+
+
+def test_the_shipped_mamba2s_grids_are_within_the_widest() -> None:
+    """Every group of up to six Einsums of the default Mamba-2 on h200, each loop tiled alone and all at their
+    least tiles: no grid wider than the search's bound (the layer's reductions over l, d and n cut most grids)."""
+    c = open_cascade("mamba2")
+    ctx = CostContext(c, load_arch("h200"))
+    checked = 0
+    names = c.einsum_names
+    for i in range(len(names)):
+        for j in range(i + 1, min(len(names), i + 6) + 1):
+            members = tuple(names[i:j])
+            if not ctx.analysis.legal(members):
+                continue
+            loops = [r for r, _ in ctx.analysis.tileable(members) if tile_options(c.rank_size(r))]
+            least = {r: tile_options(c.rank_size(r))[-1] for r in loops}
+            checked += _check_grid(ctx, members, [least, *({r: t} for r, t in least.items())])
+    assert checked > 100
