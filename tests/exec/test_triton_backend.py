@@ -170,3 +170,31 @@ def test_gpu_kernels_match_reference(name: str, precision: str) -> None:
     c = open_cascade(name)
     for m in (optimal_mapping(c, "h200").mapping, unfused_baseline(c, "h200")):
         _check(c, m, precision=precision)
+
+
+def test_weights_given_again_stay_on_the_device_and_new_ones_are_sent() -> None:
+    """A program keeps a weight array it was given on the device and reuses it when the same array comes again (a
+    generator's every token); a new array is sent, so a changed weight is never read stale."""
+    from mambalaya.exec.backend import get_backend
+    from mambalaya.exec.reference import run_reference
+
+    c = small_cascade("mamba2-decode")
+    s = lower_mapping(c, unfused_baseline(c, "h200"), "h200")
+    engine = get_backend("triton")
+    program = engine.compile(c, s, "float32")
+    inputs = {k: v.astype(np.float32) for k, v in random_inputs(c, 0).items()}
+    weights = {n for n in inputs if c.tensors[n].role == "weight"}
+    first = engine.run(program, inputs).outputs
+    held = {k: t for k, (_, t) in program.resident.items()}
+    assert len(held) == len(weights) > 0
+    again = engine.run(program, dict(inputs)).outputs
+    assert {k: t for k, (_, t) in program.resident.items()} == held  # the same tensors, none sent again
+    for n in c.outputs():
+        np.testing.assert_array_equal(first[n], again[n])
+    w = next(iter(sorted(weights)))
+    changed = {**inputs, w: inputs[w] * np.float32(2)}
+    out = engine.run(program, changed).outputs
+    want = run_reference(c, {k: v.astype(np.float64) for k, v in changed.items()})
+    for n in c.outputs():
+        np.testing.assert_allclose(out[n], want[n], rtol=1e-4, atol=1e-4)
+    assert len(program.resident) == len(weights) + 1
