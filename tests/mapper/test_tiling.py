@@ -3,7 +3,7 @@ and the untiled schedule bounds every tiling's cost from below (so the mapper ma
 
 from __future__ import annotations
 
-from analysis.cascades import random_cascades
+from analysis.cascades import motif_cascades, random_cascades
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,10 +212,11 @@ def _check_grid(ctx, members, tiles_list) -> int:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(random_cascades(max_einsums=4), st.data())
+@given(st.one_of(random_cascades(max_einsums=4), motif_cascades()), st.data())
 def test_no_grid_is_wider_than_the_search_bounds_it(data_cascade, data) -> None:
     """The search prices a tiling's idle chip from the widest grid it can have (the group's bound and the floor
-    that skips tilings unlowered rest on it): a loop a member reduces over or scans along is never in a grid."""
+    that skips tilings unlowered rest on it): a loop a member reduces over or scans along is never in a grid (the
+    motifs add a mean read through a floor of the channel, masks, nested maxima and Toeplitz reads)."""
     c = cascade_from_dict(data_cascade)
     ctx = CostContext(c, load_arch("h200"))
     for members in _groups(c, ctx, limit=4):
