@@ -189,10 +189,16 @@ def staged_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
         if isinstance(s, Load):
             n += 2 * s.elements * ctx.cascade.tensors[s.tensor].element_bytes
         elif isinstance(s, Compute):
-            e = ctx.cascade.einsum(s.einsum)
-            points = math.prod(extent.range_length(r, sched.loops) for r in s.ranges if r.rank in e.out_ranks)
-            n += (3 if s.accumulate is not None else 2) * points * s.executions * ctx.cascade.tensors[e.name].element_bytes
+            n += _compute_staged(ctx, s, sched)
     return n
+
+
+def _compute_staged(ctx: CostContext, s: Compute, sched: GroupSchedule) -> int:
+    """What one compute statement of ``sched`` writes to scratch and reads back over its executions: 2 accesses
+    an element, 3 for a partial sum (read, added to, written)."""
+    e = ctx.cascade.einsum(s.einsum)
+    points = math.prod(extent.range_length(r, sched.loops) for r in s.ranges if r.rank in e.out_ranks)
+    return (3 if s.accumulate is not None else 2) * points * s.executions * ctx.cascade.tensors[e.name].element_bytes
 
 
 def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
@@ -203,16 +209,9 @@ def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
     readers are the same at every tiling, and loads count nothing (a tiling may read them in place)."""
     if ctx.arch.staging_bandwidth <= 0:
         return 0
-    members = frozenset(untiled.members)
-    n = 0
-    for s, _ in untiled.statements():
-        if isinstance(s, Compute):
-            e = ctx.cascade.einsum(s.einsum)
-            if may_run_in_registers(ctx.cascade, e, members):
-                continue
-            points = math.prod(extent.range_length(r, untiled.loops) for r in s.ranges if r.rank in e.out_ranks)
-            n += 2 * points * s.executions * ctx.cascade.tensors[e.name].element_bytes
-    return n
+    members = frozenset(untiled.members)  # (untiled, nothing accumulates across a loop: 2 accesses an element)
+    return sum(_compute_staged(ctx, s, untiled) for s, _ in untiled.statements() if isinstance(s, Compute)
+               and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members))
 
 
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
