@@ -59,7 +59,10 @@ class Backend(Protocol):
 
     def compile(self, cascade: Cascade, schedule: Schedule, dtype: str, **options: Any) -> Any: ...
 
-    def run(self, program: Any, inputs: dict[str, np.ndarray]) -> RunResult: ...
+    def run(self, program: Any, inputs: dict[str, np.ndarray], *, count: bool = True) -> RunResult:
+        """Run ``program``; ``count=False`` lets a backend skip counting its moves where counting costs time
+        (the result's moves may then be empty)."""
+        ...
 
 
 _REGISTRY: dict[str, Backend] = {}

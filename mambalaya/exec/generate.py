@@ -259,7 +259,7 @@ class Generator:
         c = stage.cascade
         zeros = {n: np.zeros(c.shape(n), self.dtype) for n, t in c.tensors.items()
                  if t.role == "input" and t.source is None}
-        self._run(stage, {**self._layer_inputs(kind, stage)[0], **zeros})
+        self._run(stage, {**self._layer_inputs(kind, stage)[0], **zeros}, count=True)
 
     def _layer_inputs(self, kind: str, stage: Stage) -> list[dict[str, np.ndarray]]:
         """Each layer's bound weights for a stage's cascade (the mixer cascades share source names)."""
@@ -279,8 +279,9 @@ class Generator:
 
     # ---- running -----------------------------------------------------------------------------------------
 
-    def _run(self, stage: Stage, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.engine.run(stage.program, inputs).outputs
+    def _run(self, stage: Stage, inputs: dict[str, np.ndarray], count: bool = False) -> dict[str, np.ndarray]:
+        """A stage's outputs (uncounted but for the warm-up: a token does not wait on counters)."""
+        return self.engine.run(stage.program, inputs, count=count).outputs
 
     def _norm(self, h: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The blocks' RMSNorm (transformers' MambaRMSNorm, in the executor's dtype)."""

@@ -81,6 +81,8 @@ class TritonProgram:
     groups: list[GroupKernel] = field(default_factory=list)
     #: weights kept on the device: id of the array given -> (that array, its device tensor), most recent last
     resident: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    #: uncounted runs' scratch per (group, device): (arena, counters), allocated once and reused
+    scratch: dict = field(default_factory=dict, repr=False)
 
 
 def compile_group(cascade: Cascade, g: GroupSchedule, dtype: str, options: TritonOptions) -> GroupKernel:
@@ -184,9 +186,14 @@ def device_inputs(program: TritonProgram, inputs: dict[str, np.ndarray], dev: An
 # the interpreter numpy would warn about it on every launch
 @np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
 def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: int = 0, warmup: int = 0,
-                layer_repeat: int = 0, device: str | None = None) -> RunResult:
+                layer_repeat: int = 0, device: str | None = None, count: bool = True) -> RunResult:
     """Run every group once counting its moves; ``repeat`` > 0 also times each group's uncounted launches
-    (median, CUDA graph replays on a GPU), ``layer_repeat`` > 0 the whole layer eager and as a CUDA graph."""
+    (median, CUDA graph replays on a GPU), ``layer_repeat`` > 0 the whole layer eager and as a CUDA graph.
+
+    ``count=False`` runs the kernels without counting (no moves in the result): no atomics, no wait for the
+    counters after each group, and each group's scratch arena is allocated once per program and reused (a
+    counted run starts from a fresh arena of NaN, so a read of what no statement wrote shows). Generation runs
+    this way after its counted warm-up: a token must not wait on the device once per group."""
     import torch
 
     c, dtype = program.cascade, program.dtype
@@ -215,9 +222,14 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
         assert pk is not None
         per = max(1, SCRATCH_BYTES // (pk.arena * np_dtype.itemsize))
         wave = min(pk.programs, per)
-        # NaN until a statement writes it: a compute reading what no statement put on chip shows in the outputs
-        arena = torch.full((wave * pk.arena,), float("nan"), dtype=tdt, device=dev)
-        tc = torch.zeros(2 * len(pk.params), dtype=torch.int64, device=dev)
+        held = None if count else program.scratch.get((g.index, str(dev)))
+        if held is None:
+            # NaN until a statement writes it: a compute reading what no statement put on chip shows in the outputs
+            held = (torch.full((wave * pk.arena,), float("nan"), dtype=tdt, device=dev),
+                    torch.zeros(2 * len(pk.params), dtype=torch.int64, device=dev))
+            if not count:
+                program.scratch[(g.index, str(dev))] = held
+        arena, tc = held
         args = [env[t] for t in pk.params]
         kw = {"num_warps": pk.num_warps} if cuda else {}
 
@@ -225,13 +237,14 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
             for p0 in range(0, n, wave):
                 kernel[(min(wave, n - p0),)](*args, arena, tc, p0, COUNT=count, **kw)
 
-        launch(True)
-        counts = tc.cpu().numpy()
-        for i, t in enumerate(pk.params):
-            eb = c.tensors[t].element_bytes
-            slot = moved.setdefault(t, {"read": 0, "write": 0})
-            slot["read"] += int(counts[2 * i]) * eb
-            slot["write"] += int(counts[2 * i + 1]) * eb
+        launch(count)
+        if count:
+            counts = tc.cpu().numpy()
+            for i, t in enumerate(pk.params):
+                eb = c.tensors[t].element_bytes
+                slot = moved.setdefault(t, {"read": 0, "write": 0})
+                slot["read"] += int(counts[2 * i]) * eb
+                slot["write"] += int(counts[2 * i + 1]) * eb
         run = {"group": g.index, "backend": "triton", "programs": pk.programs, "waves": -(-pk.programs // wave),
                "arena_elements": pk.arena, "dots": pk.dots, "source_path": gk.source_path}
         if repeat > 0:
@@ -294,8 +307,9 @@ class TritonBackend:
         program.groups = [compile_group(cascade, g, dtype, opts) for g in schedule.groups]
         return program
 
-    def run(self, program: TritonProgram, inputs: dict[str, np.ndarray], **options: Any) -> RunResult:
-        return run_program(program, inputs, **options)
+    def run(self, program: TritonProgram, inputs: dict[str, np.ndarray], *, count: bool = True,
+            **options: Any) -> RunResult:
+        return run_program(program, inputs, count=count, **options)
 
 
 register(TritonBackend())

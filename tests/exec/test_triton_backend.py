@@ -198,3 +198,26 @@ def test_weights_given_again_stay_on_the_device_and_new_ones_are_sent() -> None:
     for n in c.outputs():
         np.testing.assert_allclose(out[n], want[n], rtol=1e-4, atol=1e-4)
     assert len(program.resident) == len(weights) + 1
+
+
+def test_an_uncounted_run_computes_the_same_and_reuses_its_scratch() -> None:
+    """``count=False`` (generation's every token after its warm-up) gives the counted run's outputs, reports no
+    moves, and allocates each group's scratch once: a second run launches into the same arena."""
+    from mambalaya.exec.backend import get_backend
+
+    c = small_cascade("mamba2-decode")
+    s = lower_mapping(c, optimal_mapping(c, "h200").mapping, "h200")
+    engine = get_backend("triton")
+    program = engine.compile(c, s, "float32")
+    inputs = {k: v.astype(np.float32) for k, v in random_inputs(c, 0).items()}
+    counted = engine.run(program, inputs)
+    assert counted.moved and not program.scratch  # (a counted run keeps no scratch: each starts from NaN)
+    first = engine.run(program, inputs, count=False)
+    assert first.moved == {}
+    arenas = {k: a.data_ptr() for k, (a, _) in program.scratch.items()}
+    assert len(arenas) == sum(gk.kernel is not None for gk in program.groups) > 0
+    second = engine.run(program, {**inputs}, count=False)
+    assert {k: a.data_ptr() for k, (a, _) in program.scratch.items()} == arenas
+    for n in c.outputs():
+        np.testing.assert_array_equal(first.outputs[n], counted.outputs[n])
+        np.testing.assert_array_equal(second.outputs[n], counted.outputs[n])
