@@ -24,7 +24,6 @@ same Einsums tie exactly in integers, whatever their grouping.
 from __future__ import annotations
 
 import functools
-import gc
 import math
 import statistics
 import time
@@ -41,6 +40,7 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.mapper.chain_space import DEFAULT_MAX_CROSS, build_chain_space
+from mambalaya.mapper.heap import frozen_heap
 from mambalaya.mapper.heuristics import evaluate, greedy_mapping, unfused_baseline
 from mambalaya.mapper.layers import solve_layers
 from mambalaya.mapper.recompute import conflicts as recompute_conflicts
@@ -226,24 +226,13 @@ def _fmt(n: float) -> str:
 
 
 def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` with the heap that exists before it frozen out of the cyclic collector (undone after).
-
-    Building a space allocates millions of short-lived objects, so collections keep firing, and each full one
-    re-scanned the whole long-lived heap (sympy's caches, the analyses) to free nothing: about a fifth of a cold
-    mamba2 map. The collector itself stays on: the lowering's recursive closures are reference cycles, and with it
-    paused a small Mamba-2 mapped on h200 kept every lowering alive (9.4 GB in one test process; a CI worker was
-    killed at 14 GB).
-    """
+    """Run ``fn`` within :func:`~mambalaya.mapper.heap.frozen_heap` (the collector's full scans of the long-lived
+    heap were a fifth to two fifths of a mapping)."""
 
     @functools.wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not gc.isenabled():
+        with frozen_heap():
             return fn(*args, **kwargs)
-        gc.freeze()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            gc.unfreeze()
 
     return run
 

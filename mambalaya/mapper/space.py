@@ -42,6 +42,7 @@ from mambalaya.cost.legality import GroupAnalysis
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
+from mambalaya.mapper.heap import settle
 from mambalaya.mapper.tiling import Tiled, best_tiling
 from mambalaya.schedule import Lowerer
 
@@ -316,6 +317,7 @@ class Coster:
 
     def _exact(self, members: tuple[str, ...]) -> Choice | Rejected:
         _check_deadline()
+        settle()
         self.searched += 1
         got = best_tiling(self.ctx, members, self.objective)
         return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
@@ -341,6 +343,7 @@ class Coster:
             return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                              (float(b.traffic_bytes), b.latency_s), split)
         _check_deadline()
+        settle()
         self.searched += 1
         got = best_tiling(self.ctx, members, obj, give_up=dominated if len(members) > 1 else None)
         if not isinstance(got, Tiled):

@@ -45,8 +45,11 @@ from mambalaya.schedule.ir import (
 from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, group_occupancy, lower_group
 
 #: Most lowered schedules a :class:`Lowerer` keeps (least recently used go first): a mapper's tile searches lower
-#: tens of thousands of tilings (42,248 for the small Mamba-2 on h200), most of them costed once.
-LOWERED_MAX = 2048
+#: tens of thousands of tilings (42,248 for the small Mamba-2 on h200), each costed once (its search remembers
+#: the cost: 1 hit in 3,285 lowerings of mamba1 on h200), so only the chosen groups' schedules, which the report,
+#: the verify and the executors lower again, are worth keeping; kept, the rest were a long-lived heap the collector
+#: re-scanned.
+LOWERED_MAX = 64
 
 
 class Lowerer:

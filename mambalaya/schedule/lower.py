@@ -216,8 +216,9 @@ def _reduces_all(term, ranks: set[str]) -> bool:
     return isinstance(term, Reduce) and term.op == "sum" and {term.rank} == ranks
 
 
-#: Most placements :class:`Forms` keeps (least recently used go first)
-PLACEMENTS_MAX = 8192
+#: Most placements :class:`Forms` keeps (least recently used go first): a group's tile search reuses its own (one per
+#: set of tiled loops); 8,192 kept the default Mamba-2 on h200 at 577 MB against 319 MB, in the same time.
+PLACEMENTS_MAX = 1024
 
 
 @dataclass(frozen=True)
