@@ -14,10 +14,10 @@ its reference count, or, in a cycle, when the scope ends (``gc.unfreeze`` return
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 #: Seconds between two collect-and-freeze steps of :func:`settle` (each costs about a tenth of a second for a
 #: default-size Mamba-2 on h200)
@@ -26,36 +26,57 @@ SETTLE_EVERY_S = 2.0
 #: collections): high enough that :func:`settle` does them all
 NO_FULL_COLLECTIONS = 1 << 30
 
-_last: ContextVar[list[float] | None] = ContextVar("mambalaya_heap_settled", default=None)
+
+class _Scope:
+    """The collector is the process's: mappings in several threads (a dask worker's) share one scope, which the
+    first to enter opens and the last to leave closes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.thresholds: tuple[int, int, int] | None = None
+        self.last = 0.0
+
+
+_scope = _Scope()
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
     """The heap as it is frozen, automatic full collections off, until the scope ends (then both undone). A
-    scope inside another, or with the collector disabled, changes nothing."""
-    if not gc.isenabled() or _last.get() is not None:
-        yield
-        return
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTIONS)
-    token = _last.set([time.perf_counter()])
+    scope inside another (or in another thread meanwhile) shares it; with the collector disabled, nothing."""
+    with _scope.lock:
+        opened = _scope.depth == 0 and gc.isenabled()
+        if opened:
+            _scope.thresholds = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(_scope.thresholds[0], _scope.thresholds[1], NO_FULL_COLLECTIONS)
+            _scope.last = time.perf_counter()
+        if opened or _scope.depth:
+            _scope.depth += 1
+        entered = opened or _scope.depth > 1
     try:
         yield
     finally:
-        _last.reset(token)
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if entered:
+            with _scope.lock:
+                _scope.depth -= 1
+                if _scope.depth == 0 and _scope.thresholds is not None:
+                    gc.set_threshold(*_scope.thresholds)
+                    _scope.thresholds = None
+                    gc.unfreeze()
 
 
 def settle() -> None:
     """Within :func:`frozen_heap`, once every :data:`SETTLE_EVERY_S`: collect, then freeze what survives."""
-    last = _last.get()
-    if last is None or time.perf_counter() - last[0] < SETTLE_EVERY_S:
+    if not _scope.depth or time.perf_counter() - _scope.last < SETTLE_EVERY_S:
         return
-    gc.collect()
-    gc.freeze()
-    last[0] = time.perf_counter()
+    with _scope.lock:
+        if not _scope.depth or time.perf_counter() - _scope.last < SETTLE_EVERY_S:
+            return
+        gc.collect()
+        gc.freeze()
+        _scope.last = time.perf_counter()
 
 
 __all__ = ["NO_FULL_COLLECTIONS", "SETTLE_EVERY_S", "frozen_heap", "settle"]

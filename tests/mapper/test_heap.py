@@ -61,3 +61,34 @@ def test_settle_waits_its_period_and_does_nothing_outside_a_scope(clean_collecto
         heap.settle()  # (within its period: no collection, nothing more frozen)
         assert gc.get_freeze_count() == frozen
         assert len(kept) == 100
+
+
+def test_scopes_overlapping_in_two_threads_share_one_and_the_last_out_restores(clean_collector) -> None:
+    """Mappings in a dask worker's threads: the first out must not thaw the heap under the other, nor the last
+    leave full collections off."""
+    import threading
+
+    threshold = gc.get_threshold()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def first() -> None:
+        with heap.frozen_heap():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def second() -> None:
+        a_in.wait(5)
+        with heap.frozen_heap():
+            b_in.set()
+            a_out.wait(5)
+            seen["inside after the first left"] = gc.get_threshold()[2]
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen["inside after the first left"] == heap.NO_FULL_COLLECTIONS
+    assert gc.get_threshold() == threshold
+    assert gc.get_freeze_count() == 0
