@@ -139,18 +139,48 @@ def register_gemm(c: Cascade, g: GroupSchedule, loop: LoopBlock, after: object) 
     return RegisterGemm(s, after, plan, sign, tuple(direct.items()), bm, bn, bk)
 
 
-def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple) -> dict[str, str]:
-    """Loads of ``body`` whose one reader, a compute beside them, reads them straight from the tensor instead
-    (buffer -> tensor): a plain load (no window, no first-tile or initial state), its buffer touched by that
-    compute alone, through one plain access of its own (one element per point: a rank plus a constant per
-    index), of a tensor the group does not write. The copy into scratch is skipped; the reader counts each
-    element at its first read, so what is counted is still what the load moves."""
+def _touched(g: GroupSchedule) -> dict[str, int]:
+    """How many statements of ``g`` touch each buffer."""
     touched: dict[str, int] = {}
     for x, _ in g.statements():
         if isinstance(x, LoopBlock):
             continue
         for b in (x.buffers if isinstance(x, Compute) else {x.buffer}):
             touched[b] = touched.get(b, 0) + 1
+    return touched
+
+
+#: :func:`_reads_in_place` by the Einsum's identity (the Einsum kept with it, so an id is never reused)
+_IN_PLACE: dict[int, tuple[Einsum, tuple[bool, ...]]] = {}
+
+
+def _reads_in_place(e: Einsum) -> tuple[bool, ...]:
+    """Per distinct read of ``e``: whether a direct load could serve it, as far as the Einsum alone decides (no
+    reduction in it: a prefix sum or max reads each element again; a plain access read once per point). The tile
+    search prices thousands of schedules of the same Einsums."""
+    got = _IN_PLACE.get(id(e))
+    if got is not None and got[0] is e:
+        return got[1]
+    nodes = list(walk(e.expr))
+    reduces = any(isinstance(n, Reduce) for n in nodes)
+    out = tuple(not reduces and plain_access(acc, e) and sum(1 for n in nodes if n == acc) == 1
+                for acc in distinct_accesses(e))
+    if len(_IN_PLACE) >= 4096:
+        _IN_PLACE.clear()
+    _IN_PLACE[id(e)] = (e, out)
+    return out
+
+
+def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple,
+                 touched: dict[str, int] | None = None) -> dict[str, str]:
+    """Loads of ``body`` whose one reader, a compute beside them, reads them straight from the tensor instead
+    (buffer -> tensor): a plain load (no window, no first-tile or initial state), its buffer touched by that
+    compute alone, through one plain access of its own (one element per point: a rank plus a constant per
+    index), of a tensor the group does not write. The copy into scratch is skipped; the reader counts each
+    element at its first read, so what is counted is still what the load moves. (``touched``: :func:`_touched`
+    of ``g``, when the caller asks of several bodies.)"""
+    if touched is None:
+        touched = _touched(g)
     out: dict[str, str] = {}
     for ld in body:
         if (not isinstance(ld, Load) or ld.slides is not None or ld.first_of is not None or ld.init_of is not None
@@ -165,10 +195,7 @@ def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple) -> dict[str, s
         if (s.scan or s.inits or e.recurrence is not None or e.where or s.buffer == ld.buffer or len(paths) != 1
                 or len(paths[0]) != 1):
             continue
-        acc = distinct_accesses(e)[paths[0][0]]
-        if any(isinstance(n, Reduce) for n in walk(e.expr)):  # (a prefix sum or max reads each element again)
-            continue
-        if plain_access(acc, e) and sum(1 for n in walk(e.expr) if n == acc) == 1:  # (read once per point)
+        if _reads_in_place(e)[paths[0][0]]:
             out[ld.buffer] = ld.tensor
     return out
 
@@ -177,10 +204,11 @@ def read_in_place(c: Cascade, g: GroupSchedule) -> set[str]:
     """The buffers of every body of ``g``'s program (inside its grid) whose load its reader does in place
     (:func:`direct_loads`)."""
     out: set[str] = set()
+    touched = _touched(g)
 
     def walk(body: tuple, inside: int) -> None:
         if inside >= g.grid:
-            out.update(direct_loads(c, g, body))
+            out.update(direct_loads(c, g, body, touched))
         for s in body:
             if isinstance(s, LoopBlock):
                 walk(s.body, inside + (s.loop < g.grid))
