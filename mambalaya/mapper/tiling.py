@@ -148,6 +148,7 @@ class _Search:
         self.refused: set[tuple] = set()  # tilings the schedule refuses (not a size question)
         self.refusals: dict[str, None] = {}  # why, in the order met (a group no tiling fits names them)
         self.why: dict[tuple, NoFit] = {}  # why the quick occupancy says a tiling does not fit
+        self.quick: dict[tuple, int] = {}  # the quick occupancy of each tiling it was asked of
         self.cap = ctx.arch.fusion_buffer_bytes
         self.acc = ctx.arch.accumulator_bytes  # 0: partial sums live in the fusion buffer, no register limit
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
@@ -197,6 +198,7 @@ class _Search:
                     got = False
                 else:
                     self.least = need if self.least is None else min(self.least, need)
+                    self.quick[key] = need
                     got = need <= self.cap and (not self.acc or acc <= self.acc)
                     if not got:  # (an upper bound: the built schedule may need less, so cost() may still try it)
                         self.why[key] = NoFit(f"needs {need} bytes on chip" if need > self.cap
@@ -219,9 +221,17 @@ class _Search:
         for k in range(len(ranks), -1, -1):
             for kept in itertools.combinations(ranks, k):
                 tiles = {r: least[r] for r in kept}
-                if self.fits(tiles):
+                if self.fits(tiles) or self.builds(tiles):
                     return tiles
         return None
+
+    def builds(self, tiles: dict[str, int]) -> bool:
+        """Whether the built schedule at ``tiles`` fits where the quick occupancy (an upper bound) says no by at
+        most QUICK_OCCUPANCY_SLACK times the capacity (a recurrence's group on a 128-byte buffer: 132 bytes quick,
+        the built schedule fits, and no other tiling does)."""
+        need = self.quick.get(tuple(sorted(tiles.items())))
+        return need is not None and need <= QUICK_OCCUPANCY_SLACK * self.cap and \
+            isinstance(self.cost(tiles), GroupCost)
 
     def fits_nowhere(self) -> bool:
         """Whether no tiling in this loop order fits, decided before searching: its least tiles do not (the quick
