@@ -183,6 +183,11 @@ class _Timeout(BaseException):
     """:func:`_deadline`'s alarm."""
 
 
+#: Seconds between :func:`_deadline`'s alarms once it is due: one that fires while a finalizer runs (a generator
+#: closed by the collector) is lost inside it, so it fires again until one stops the block
+ALARM_AGAIN_S = 0.05
+
+
 @contextlib.contextmanager
 def _deadline(seconds: float | None, what: str) -> Iterator[None]:
     """Stop the block with a :class:`MambalayaError` after ``seconds`` of wall time (the CLI's main thread only;
@@ -194,9 +199,14 @@ def _deadline(seconds: float | None, what: str) -> Iterator[None]:
     def on_alarm(signum: int, frame: object) -> None:
         raise _Timeout  # (not an Exception: the mapper's handlers of refused groups must not swallow it)
 
+    def unraisable(u: Any) -> None:  # an alarm raised inside a finalizer is lost there: the next one stops the block
+        if not isinstance(u.exc_value, _Timeout):
+            old_hook(u)
+
     start = time.monotonic()
     old = signal.signal(signal.SIGALRM, on_alarm)
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    old_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, ALARM_AGAIN_S)
     try:
         yield
     except _Timeout:
@@ -205,6 +215,7 @@ def _deadline(seconds: float | None, what: str) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        sys.unraisablehook = old_hook
         if old_delay:  # (an alarm set before, a test runner's: it still fires when it was due)
             signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-3), old_interval)
 

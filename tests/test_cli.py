@@ -156,3 +156,34 @@ def test_a_time_limit_stops_the_search_and_says_what_it_proved(capsys) -> None:
     assert all(len(g["einsums"]) == 1 for g in got["mapping"]["groups"])
     assert main(["map", "mlp2", "--arch", "cpu", "--time-limit", "600", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["optimal"] is True
+
+
+def test_a_deadline_whose_first_alarm_is_lost_in_a_finalizer_still_stops_the_block() -> None:
+    """An alarm that fires while a finalizer runs (a generator the collector closes) is lost there, and the verify
+    ran on for minutes: the alarm repeats until one stops the block, and a lost one prints nothing."""
+    import io
+    import sys
+    import time
+
+    from mambalaya.cli import _deadline
+    from mambalaya.errors import MambalayaError
+
+    class Closes:
+        def __del__(self) -> None:
+            while True:  # (the first alarm raises in here, where it cannot get out)
+                time.sleep(0.01)
+
+    err, lost = io.StringIO(), []
+    real = sys.stderr
+    sys.stderr = err
+    try:
+        with pytest.raises(MambalayaError, match="did not finish within --timeout 0.1 s"):
+            with _deadline(0.1, "the block"):
+                del_me = Closes()
+                del del_me  # (the finalizer runs here, until the first alarm ends it)
+                lost.append(True)
+                while True:
+                    time.sleep(0.01)
+    finally:
+        sys.stderr = real
+    assert lost == [True] and err.getvalue() == ""
