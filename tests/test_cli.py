@@ -170,7 +170,7 @@ def test_a_deadline_whose_first_alarm_is_lost_in_a_finalizer_still_stops_the_blo
 
     class Closes:
         def __del__(self) -> None:
-            while True:  # (the first alarm raises in here, where it cannot get out)
+            for _ in range(200):  # (the first alarm raises in here, where it cannot get out)
                 time.sleep(0.01)
 
     err, lost = io.StringIO(), []
@@ -182,7 +182,7 @@ def test_a_deadline_whose_first_alarm_is_lost_in_a_finalizer_still_stops_the_blo
                 del_me = Closes()
                 del del_me  # (the finalizer runs here, until the first alarm ends it)
                 lost.append(True)
-                while True:
+                for _ in range(200):
                     time.sleep(0.01)
     finally:
         sys.stderr = real
