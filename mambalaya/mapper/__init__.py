@@ -23,14 +23,12 @@ same Einsums tie exactly in integers, whatever their grouping.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from mambalaya.arch import Arch, load_arch
 from mambalaya.cost.latency import memory_seconds
@@ -66,9 +64,6 @@ from mambalaya.mapper.space import (
     shared_coster,
 )
 from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: Groups of more Einsums than this are not enumerated for big cascades (chained layers).
 DEFAULT_MAX_SIZE = 24
@@ -225,19 +220,7 @@ def _fmt(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` within :func:`~mambalaya.mapper.heap.frozen_heap` (the collector's full scans of the long-lived
-    heap were a fifth to two fifths of a mapping)."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        with frozen_heap():
-            return fn(*args, **kwargs)
-
-    return run
-
-
-@_gc_paused
+@frozen_heap()  # (the collector's full scans of the long-lived heap were up to two fifths of a mapping)
 def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latency", method: str = "ilp",
                     time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
                     max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None) -> MapResult:

@@ -1,4 +1,4 @@
-"""The collector during a mapping: what lives long is frozen out of its scans, a few times a second.
+"""The collector during a mapping: what lives long is frozen out of its scans, once every few seconds.
 
 A mapping allocates millions of objects, most gone within one group's search, but what the caches and the
 analyses keep grows to millions too (the default Mamba-2 on h200: 2.9 million tracked objects at the end). The
