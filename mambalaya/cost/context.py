@@ -29,6 +29,7 @@ class CostContext:
     lowerer: Lowerer = None  # type: ignore[assignment]
     _ops: dict[str, tuple[OpCount, ...]] = field(default_factory=dict, repr=False)
     _compute: dict[str, float] = field(default_factory=dict, repr=False)
+    _stored: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict, repr=False)
     #: a group's tile search by (members, objective, stored): the baselines, the mapper and its report ask again
     tilings: dict[tuple, object] = field(default_factory=dict, repr=False)
 
@@ -53,14 +54,17 @@ class CostContext:
 
     def stored_alone(self, einsums: tuple[str, ...]) -> frozenset[str]:
         """The members a group stores when nothing else in the mapping is known: outputs, and tensors any
-        Einsum outside the group reads."""
-        inside = set(einsums)
-        out = set()
-        for e in einsums:
-            consumers = self.cascade.consumers(e)
-            if self.cascade.tensors[e].role == "output" or not consumers or any(c not in inside for c in consumers):
-                out.add(e)
-        return frozenset(out)
+        Einsum outside the group reads (once per group: every tiling of it asks)."""
+        got = self._stored.get(einsums)
+        if got is None:
+            inside = set(einsums)
+            out = set()
+            for e in einsums:
+                consumers = self.cascade.consumers(e)
+                if self.cascade.tensors[e].role == "output" or not consumers or any(c not in inside for c in consumers):
+                    out.add(e)
+            got = self._stored[einsums] = frozenset(out)
+        return got
 
     def occupancy(self, group: FusionGroup, stored: frozenset[str] | None = None) -> tuple[int, int]:
         """(The on-chip bytes the group's schedule needs at its tiles: whether they fit; its accumulator's bytes,

@@ -207,7 +207,17 @@ class Cascade:
 
     def consumers(self, tensor: str) -> list[str]:
         """Einsums reading ``tensor`` (a recurrence reading itself excluded), in cascade order."""
-        return [e.name for e in self.einsums if tensor in e.reads and e.name != tensor]
+        return list(self._consumers.get(tensor, ()))
+
+    @cached_property
+    def _consumers(self) -> dict[str, tuple[str, ...]]:
+        """:meth:`consumers` of every tensor, found once (the mapper asks millions of times)."""
+        out: dict[str, list[str]] = {}
+        for e in self.einsums:
+            for t in dict.fromkeys(e.reads):
+                if t != e.name:
+                    out.setdefault(t, []).append(e.name)
+        return {t: tuple(v) for t, v in out.items()}
 
     def producer(self, tensor: str) -> str | None:
         return tensor if tensor in self._by_name else None

@@ -154,6 +154,7 @@ class _Search:
         self.least: int | None = None  # the smallest occupancy seen (for the message when nothing fits)
         self.untiled = None  # the untiled schedule, once lowered
         self._bound: list = []  # bound(), once computed
+        self.give_up = None  # run()'s dominance test: a tiling that cannot pass it is not worth lowering
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -337,10 +338,15 @@ class _Search:
         return max((max(lb.compute_s, lb.memory_s) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
     def hopeless(self, tiles: dict[str, int], best: GroupCost) -> bool:
-        """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`):
-        the search skips lowering a tiling whose grid is too small to compete. Exact: the floor is a bound."""
+        """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`),
+        or than what ``give_up`` (the mapper's dominance test, :meth:`run`) keeps the group for: the search skips
+        lowering a tiling whose grid is too small to compete. Exact: the floor is a bound."""
         floor = self.floor(tiles) if self.objective == "latency" else None
-        return floor is not None and floor > best.latency_s * (1 + 1e-9)
+        if floor is None:
+            return False
+        if floor > best.latency_s * (1 + 1e-9):
+            return True
+        return self.give_up is not None and self.give_up(replace(self.bound(), latency_s=floor))
 
     def near_bound(self, cost: GroupCost) -> bool:
         """Whether no tiling can gain more than SPREAD_MIN_GAIN of ``cost`` (or SPREAD_MIN_OVERHEAD of a launch) by
@@ -368,6 +374,8 @@ class _Search:
 
         def better(cand: dict[str, int]) -> None:
             nonlocal best
+            if self.hopeless(cand, best[1]):
+                return
             c = self.cost(cand)
             if isinstance(c, GroupCost) and score(c, self.objective) < score(best[1], self.objective):
                 best = (cand, c)
@@ -399,13 +407,17 @@ class _Search:
         def at(base: dict[str, int], r: str, t: int) -> dict[str, int]:
             return {**base, r: t} if t < self.size[r] else {k: v for k, v in base.items() if k != r}
 
-        def better(cand: dict[str, int]) -> None:
+        def better(cand: dict[str, int]) -> bool:
+            """Try ``cand``; False when no larger tile of a loop can do better (see the single moves)."""
             nonlocal best
-            if self.hopeless(cand, best[1]) or not self.fits(cand):
-                return
+            if self.hopeless(cand, best[1]):
+                return False
+            if not self.fits(cand):
+                return tuple(sorted(cand.items())) in self.refused
             c = self.cost(cand)
             if isinstance(c, GroupCost) and score(c, self.objective) < score(best[1], self.objective):
                 best = (cand, c)
+            return True
 
         pair_rounds = 0
         for _ in range(4 * DESCENT_ROUNDS):
@@ -413,8 +425,13 @@ class _Search:
                 break  # (within the gain the search starts from: spread() stops there too)
             cur = best
             for r in self.loops:
-                for t in (self.size[r], *tile_options(self.size[r])):
-                    better(at(cur[0], r, t))
+                better(at(cur[0], r, self.size[r]))
+                # smallest tile first: a larger tile of one loop holds no less on chip and spreads over no more
+                # programs, so once one does not fit (the schedule refusing it aside) or its floor is hopeless,
+                # no larger one can do better
+                for t in reversed(tile_options(self.size[r])):
+                    if not better(at(cur[0], r, t)):
+                        break
             if best is not cur:  # (single moves first: pairs are many more lowerings)
                 continue
             pair_rounds += 1
@@ -435,6 +452,10 @@ class _Search:
         return best
 
     def run(self, give_up=None) -> Tiled | Untileable:
+        """The best tiling found. ``give_up(cost)`` (a :class:`GroupCost`, a bound or a tiling's): whether a group
+        costing that is of no use (the mapper's split dominates it). Tilings whose floor it gives up on are not
+        lowered, and a best it gives up on is returned as :class:`Untileable` ("dominated", ``bound`` its cost):
+        the search was cut short for it, so it is not the group's answer."""
         untiled = self.cost({})  # lowered whole: the untiled schedule is cheap and tells whether it fits
         slots = self.ctx.arch.program_slots
         if isinstance(untiled, GroupCost) and not slots:
@@ -443,6 +464,7 @@ class _Search:
             lb = self.bound()
             if lb is not None and give_up(lb):
                 return Untileable(self.einsums, "dominated", None, bound=lb)
+            self.give_up = give_up if lb is not None else None
         if not isinstance(untiled, GroupCost) and self.fits_nowhere():
             return Untileable(self.einsums, self.why_none(), self.least)
         found: list[dict[str, int]] = []
@@ -495,6 +517,8 @@ class _Search:
             best = self.descend(*best)
         if best is None:
             return Untileable(self.einsums, self.why_none(), self.least)
+        if self.give_up is not None and self.give_up(best[1]):
+            return Untileable(self.einsums, "dominated", None, bound=best[1])
         return Tiled(FusionGroup(self.einsums, self.order, best[0]), best[1], self.rows[tuple(sorted(best[0].items()))])
 
 

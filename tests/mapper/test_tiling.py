@@ -11,7 +11,7 @@ from mambalaya.arch import load_arch
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.model import group_costs
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.mapper.tiling import NoFit, _Search, tile_options
+from mambalaya.mapper.tiling import NoFit, Untileable, _Search, tile_options
 from mambalaya.parse import open_cascade
 from mambalaya.parse.cascade_file import cascade_from_dict
 from mambalaya.schedule import ScheduleError
@@ -243,3 +243,31 @@ def test_the_shipped_mamba2s_grids_are_within_the_widest() -> None:
             least = {r: tile_options(c.rank_size(r))[-1] for r in loops}
             checked += _check_grid(ctx, members, [least, *({r: t} for r, t in least.items())])
     assert checked > 100
+
+
+def test_a_search_given_a_dominance_test_lowers_no_tiling_it_could_not_keep() -> None:
+    """The mapper's ``give_up`` (a split of the group costs less) prunes inside the search too: no tiling whose
+    floor it gives up on is lowered, and a best it gives up on comes back as "dominated" (not the group's answer,
+    so not kept as it); a group it does not give up on gets the same tiles as without it."""
+    c = open_cascade("mamba2")
+    pruned = dominated = kept = 0
+    for members in _groups(c, CostContext(c, load_arch("h200")), limit=16):
+        free = _Search(CostContext(c, load_arch("h200")), members, "latency", None)
+        alone = free.run()
+        floors = sorted(free.floor(dict(k)) for k, v in free.seen.items() if k and not isinstance(v, NoFit))
+        if not hasattr(alone, "cost") or len(set(floors)) < 2:
+            continue
+        # a split dearer than the group's best, and one below the floors of some tilings the free search lowered
+        for cut in (alone.cost.latency_s * 1.2, floors[len(floors) // 2]):
+            s = _Search(CostContext(c, load_arch("h200")), members, "latency", None)
+            got = s.run(give_up=lambda g, cut=cut: g.latency_s > cut)
+            lowered = [dict(k) for k, v in s.seen.items() if k and not isinstance(v, NoFit)]
+            assert all(s.floor(t) <= cut for t in lowered), members
+            pruned += sum(1 for k in free.seen if k not in s.seen)
+            if isinstance(got, Untileable):
+                assert got.reason == "dominated" and got.bound.latency_s > cut
+                dominated += 1
+            else:
+                assert got.cost.latency_s <= cut and got.group.tiles == alone.group.tiles, members
+                kept += 1
+    assert pruned and dominated and kept
