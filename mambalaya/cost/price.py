@@ -23,7 +23,7 @@ from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
 from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
 from mambalaya.schedule.compute import dot_plans
-from mambalaya.schedule.registers import may_run_in_registers, read_in_place, register_loops
+from mambalaya.schedule.registers import may_read_in_place, may_run_in_registers, read_in_place, register_loops
 
 
 @dataclass(frozen=True)
@@ -204,14 +204,50 @@ def _compute_staged(ctx: CostContext, s: Compute, sched: GroupSchedule) -> int:
 def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
     """A lower bound on :func:`staged_bytes` at every tiling of the group ``untiled`` is the untiled schedule of:
     what its computes write and read back (2 accesses an element), but for members some tiling may keep in
-    registers (:func:`~mambalaya.schedule.registers.may_run_in_registers`). Tiles only add executions (each
-    computes no fewer points in all than the untiled schedule's one), the point-wise members inlined into their
-    readers are the same at every tiling, and loads count nothing (a tiling may read them in place)."""
+    registers (:func:`~mambalaya.schedule.registers.may_run_in_registers`), and what its loads that no tiling
+    reads in place write and read back (:func:`least_staged_loads`). Tiles only add executions (each computes no
+    fewer points in all than the untiled schedule's one), and the point-wise members inlined into their readers
+    are the same at every tiling."""
     if ctx.arch.staging_bandwidth <= 0:
         return 0
     members = frozenset(untiled.members)  # (untiled, nothing accumulates across a loop: 2 accesses an element)
     return sum(_compute_staged(ctx, s, untiled) for s, _ in untiled.statements() if isinstance(s, Compute)
-               and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members))
+               and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members)) + \
+        least_staged_loads(ctx, untiled)
+
+
+def least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> int:
+    """What every tiling's loads stage at least: per tensor the group loads, 2 accesses an element of the largest
+    footprint of its reads that no tiling reads in place. Such a read goes through an inlined producer, or its
+    member's own test refuses a direct load (:func:`~mambalaya.schedule.registers.may_read_in_place`: a reduction,
+    a recurrence, a mask, an access read more than once or not plainly), and the member can never be a register
+    GEMM whose operands load straight to registers. Whatever streams a tiling loads such a read in, their boxes
+    cover every element it reads at least once, and every stream it is in is staged; a read whose footprint may
+    have gaps (:func:`~mambalaya.schedule.extent.dense_read`) counts nothing."""
+    c, forms = ctx.cascade, ctx.lowerer.forms
+    members = frozenset(untiled.members)
+    inline = frozenset(m for m, _ in untiled.inline)
+    least: dict[str, int] = {}
+    for m in untiled.members:
+        if m in inline:
+            continue
+        e = c.einsum(m)
+        if may_run_in_registers(c, e, members):
+            continue
+        sizes = {r: c.rank_size(r) for r in e.ranks}
+        for er, fs in forms.effective(m, inline):
+            if er.tensor in members or er.tensor == m:
+                continue
+            if len(er.path) == 1 and may_read_in_place(e, er.path[0]):
+                continue
+            if not extent.dense_read(fs, sizes):
+                continue
+            n = 1
+            for f, dim in zip(fs, c.shape(er.tensor), strict=True):
+                lo, hi = f.interval({r: (0, sizes[r] - 1) for r in f.ranks})
+                n *= max(0, min(hi, dim - 1) - max(lo, 0) + 1)
+            least[er.tensor] = max(least.get(er.tensor, 0), n)
+    return sum(2 * n * c.tensors[t].element_bytes for t, n in least.items())
 
 
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:
@@ -274,5 +310,5 @@ def chain_statements(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "matrix_waste", "member_ops",
+__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "least_staged_loads", "matrix_waste", "member_ops",
            "sector_bytes", "staged_bytes", "traffic_rows"]

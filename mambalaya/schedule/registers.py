@@ -171,6 +171,12 @@ def _reads_in_place(e: Einsum) -> tuple[bool, ...]:
     return out
 
 
+def may_read_in_place(e: Einsum, k: int) -> bool:
+    """Whether some schedule could read ``e``'s distinct access ``k`` straight from its tensor (:func:`direct_loads`),
+    as far as the Einsum alone decides: no recurrence or mask, and :func:`_reads_in_place`."""
+    return e.recurrence is None and not e.where and _reads_in_place(e)[k]
+
+
 def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple,
                  touched: dict[str, int] | None = None) -> dict[str, str]:
     """Loads of ``body`` whose one reader, a compute beside them, reads them straight from the tensor instead
@@ -192,10 +198,9 @@ def direct_loads(cascade: Cascade, g: GroupSchedule, body: tuple,
         s = readers[0]
         e = cascade.einsum(s.einsum)
         paths = [p for p, b in s.reads if b == ld.buffer]
-        if (s.scan or s.inits or e.recurrence is not None or e.where or s.buffer == ld.buffer or len(paths) != 1
-                or len(paths[0]) != 1):
+        if s.scan or s.inits or s.buffer == ld.buffer or len(paths) != 1 or len(paths[0]) != 1:
             continue
-        if _reads_in_place(e)[paths[0][0]]:
+        if may_read_in_place(e, paths[0][0]):
             out[ld.buffer] = ld.tensor
     return out
 
@@ -234,6 +239,6 @@ def register_loops(c: Cascade, g: GroupSchedule) -> list[RegisterGemm]:
     return out
 
 
-__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "direct_loads", "gemm_plan", "may_run_in_registers",
+__all__ = ["REGISTER_ACCUMULATOR", "REGISTER_OPERANDS", "RegisterGemm", "direct_loads", "gemm_plan", "may_read_in_place", "may_run_in_registers",
            "plain_access", "read_in_place", "register_gemm",
            "register_loops"]
