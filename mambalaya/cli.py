@@ -168,6 +168,27 @@ def _shown(cascade, arch, mapping: dict, what: str) -> str:
     return "\n\n".join(out)
 
 
+#: The mapper's processes unless ``--jobs`` says (each size's group searches at once: ``search_jobs``)
+DEFAULT_JOBS = max(1, min(8, os.cpu_count() or 1))
+
+
+def _jobs_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=_count, default=DEFAULT_JOBS, metavar="N",
+                   help=f"processes the mapper searches groups in (default {DEFAULT_JOBS}: this machine's cores, "
+                        "at most 8; 1: this process alone); the mapping does not depend on it")
+
+
+def _count(text: str) -> int:
+    """An option's positive whole number."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
 def _positive(text: str) -> float:
     """An option's positive, finite number (``nan``, ``inf`` and ``-1`` are refused by argparse)."""
     try:
@@ -393,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=1, help="chain N layers so cross-layer fusion is searched")
     p.add_argument("--mapping", help="evaluate this mapping file instead of optimising")
     p.add_argument("--time-limit", type=_positive, help="seconds; the best mapping found so far and its gap")
+    _jobs_arg(p)
     p.add_argument("-o", "--output", help="also write the chosen mapping (YAML or JSON by suffix)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show", choices=["schedule", "numba", "triton"],
@@ -416,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse a run that would allocate more than this (default: 80%% of this machine's memory)")
     p.add_argument("--timeout", type=_positive, metavar="SECONDS",
                    help="stop (exit 2) when mapping, compiling and running take longer than this")
+    _jobs_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_verify)
 
@@ -450,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matmul-precision", default="fp32", choices=["fp32", "tf32", "bf16"],
                    help="tl.dot operand precision of the triton backend")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the config's end-of-sequence id")
+    _jobs_arg(p)
     p.add_argument("-o", "--output", help="also write the new ids: .npy (int64) or text (comma-separated)")
     p.add_argument("--json", action="store_true", help='print one JSON object: {"prompt", "tokens", "tokens_per_s", ...}')
     p.set_defaults(func=cmd_generate)
@@ -461,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "comparison)")
     p.add_argument("--objective", default="latency", choices=["latency", "traffic"])
     p.add_argument("-o", "--output", required=True, help="output folder (written atomically)")
+    _jobs_arg(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="optimal mapping over a grid of params x arch overrides -> CSV/Parquet")
@@ -484,7 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        if getattr(args, "jobs", None) is None:
+            return func(args)
+        from mambalaya.mapper.space import search_jobs
+
+        with search_jobs(args.jobs):
+            return func(args)
     except MambalayaError as err:
         print(f"mambalaya {args.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -127,6 +127,14 @@ def test_limits_must_be_positive_numbers(capsys, option: str, value: str) -> Non
     assert exc.value.code == 2 and "must be a positive number" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "all"])
+def test_jobs_must_be_a_whole_number_of_processes(capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["map", "mlp2", "--arch", "cpu", "--jobs", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and ("must be at least 1" in err or "is not a whole number" in err), err
+
+
 def test_verify_stops_at_its_timeout(capsys) -> None:
     """``verify --timeout``: exit 2 and one line once mapping, compiling and running take longer (this small
     Mamba-2's h200 mapping alone takes minutes; its size is its own, so no earlier test's searches are reused)."""

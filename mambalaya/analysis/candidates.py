@@ -103,31 +103,42 @@ class GroupEnumeration:
     ``max_size`` caps the group size; ``max_candidates`` stops before a new group size once that
     many groups were yielded (so every size up to :attr:`complete_size` is complete);
     ``keep(group)`` returning False stops growth from that group (the group itself is yielded).
-    After iterating, :attr:`truncated` tells whether a cap cut larger groups off.
+    ``prepare(groups)`` is told each size's groups before the first of them is yielded (a caller that judges
+    them can do so all at once: they do not depend on each other). After iterating, :attr:`truncated` tells
+    whether a cap cut larger groups off.
     """
 
     def __init__(self, cascade: Cascade, max_size: int | None = None, max_candidates: int | None = None,
-                 keep: Callable[[tuple[str, ...]], bool] | None = None, dag: EinsumDag | None = None) -> None:
+                 keep: Callable[[tuple[str, ...]], bool] | None = None, dag: EinsumDag | None = None,
+                 prepare: Callable[[list[tuple[str, ...]]], None] | None = None) -> None:
         self.dag = dag or EinsumDag(cascade)
         self.max_size = max_size
         self.max_candidates = max_candidates
         self.keep = keep
+        self.prepare = prepare
         self.complete_size = 0
         self.truncated = False
         self.count = 0
 
+    def _level(self, entries: list[tuple[tuple[str, ...], tuple]]) -> Iterator[tuple[str, ...]]:
+        """Yield one size's groups; returns the growth states of those ``keep`` keeps."""
+        if self.prepare is not None:
+            self.prepare([g for g, _ in entries])
+        kept = []
+        for group, state in entries:
+            self.count += 1
+            yield group
+            if self.keep is None or self.keep(group):
+                kept.append(state)
+        return kept
+
     def __iter__(self) -> Iterator[tuple[str, ...]]:
-        dag, keep = self.dag, self.keep
+        dag = self.dag
         n = len(dag.names)
         limit = n if self.max_size is None else min(self.max_size, n)
         # a level holds (members, neighbours, descendants, ancestors) bitsets of groups of one size
-        level = []
-        for i in range(n):
-            group = (dag.names[i],)
-            self.count += 1
-            yield group
-            if keep is None or keep(group):
-                level.append((1 << i, dag.nbr[i] & ~(1 << i), dag.desc[i], dag.anc[i]))
+        level = yield from self._level([((dag.names[i],), (1 << i, dag.nbr[i] & ~(1 << i), dag.desc[i], dag.anc[i]))
+                                        for i in range(n)])
         size = 1
         self.complete_size = min(1, n)
         while level:
@@ -135,7 +146,7 @@ class GroupEnumeration:
                 self.truncated = any(nbr for _, nbr, _, _ in level)
                 return
             seen: set[int] = set()
-            nxt = []
+            entries = []
             for bits, nbr, desc, anc in level:
                 for j in _bits(nbr):
                     grown = bits | (1 << j)
@@ -145,12 +156,8 @@ class GroupEnumeration:
                     d, a = desc | dag.desc[j], anc | dag.anc[j]
                     if d & a & ~grown:
                         continue  # not convex
-                    group = dag.members(grown)
-                    self.count += 1
-                    yield group
-                    if keep is None or keep(group):
-                        nxt.append((grown, (nbr | dag.nbr[j]) & ~grown, d, a))
-            level = nxt
+                    entries.append((dag.members(grown), (grown, (nbr | dag.nbr[j]) & ~grown, d, a)))
+            level = yield from self._level(entries)
             size += 1
             self.complete_size = size
 

@@ -61,6 +61,7 @@ from mambalaya.mapper.space import (
     Space,
     build_space,
     refine,
+    search_jobs,
     shared_coster,
 )
 from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling
@@ -505,6 +506,7 @@ __all__ = [
     "optimal_mapping",
     "prune_by_covers",
     "register_solver",
+    "search_jobs",
     "solve",
     "solve_layers",
     "unfused_baseline",

@@ -28,11 +28,14 @@ the linear rows that keep the cover exact.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 
 from mambalaya.analysis.candidates import EinsumDag, GroupEnumeration
 from mambalaya.arch import Arch
@@ -43,7 +46,7 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import split_layer_name
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.mapper.heap import settle
-from mambalaya.mapper.tiling import Tiled, best_tiling
+from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling, remember
 from mambalaya.schedule import Lowerer
 
 OBJECTIVES = ("latency", "traffic")
@@ -192,6 +195,53 @@ def shared_coster(cascade: Cascade, arch: Arch, objective: str) -> Coster:
 SEARCH_DEADLINE: ContextVar[float | None] = ContextVar("mambalaya_search_deadline", default=None)
 
 
+#: Processes an eager space searches each size's groups in (:func:`build_space`; 1: this one alone). The groups of
+#: one size depend only on smaller ones (their splits), so they are searched at once, each by the same code.
+SEARCH_JOBS: ContextVar[int] = ContextVar("mambalaya_search_jobs", default=1)
+#: Fewest searches a size must have before other processes are asked (a few are quicker here than sent there).
+POOL_FROM = 8
+
+
+@contextmanager
+def search_jobs(jobs: int):
+    """Within it, eager spaces search each size's groups in ``jobs`` processes (forked: they start with this
+    process's caches; where fork is not available, or inside a worker of a pool, in this one)."""
+    token = SEARCH_JOBS.set(max(1, int(jobs)))
+    try:
+        yield
+    finally:
+        SEARCH_JOBS.reset(token)
+
+
+def _gives_up(split: Score, objective: str, bound) -> bool:
+    """Whether a group costing ``bound`` (a :class:`~mambalaya.cost.model.GroupCost`) is dominated by its split
+    (exact dominance, :meth:`Coster._split`; within :data:`TIE` the other objective decides)."""
+    own = (bound.latency_s, float(bound.traffic_bytes)) if objective == "latency" else \
+        (float(bound.traffic_bytes), bound.latency_s)
+    return own[0] > split[0] * (1 + TIE) or (own[0] >= split[0] and own[1] >= split[1])
+
+
+_WORKER_CTX: list[CostContext] = []  # a search process's context (:func:`_adopt`)
+
+
+def _adopt(ctx: CostContext) -> None:
+    _WORKER_CTX[:] = [ctx]
+
+
+def _search(task: tuple) -> tuple[tuple[str, ...], Tiled | Untileable]:
+    """One group's tile search in a search process (what :meth:`Coster._choose` runs here otherwise)."""
+    members, objective, give_up = task
+    settle()
+    return members, best_tiling(_WORKER_CTX[0], members, objective, give_up=give_up)
+
+
+def _fork_pool(ctx: CostContext, jobs: int):
+    """``jobs`` forked search processes holding ``ctx`` (None where a pool cannot be forked)."""
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
+        return None
+    return multiprocessing.get_context("fork").Pool(jobs, initializer=_adopt, initargs=(ctx,))
+
+
 class OutOfTime(Exception):
     """The time limit passed before a group's tile search (:data:`SEARCH_DEADLINE`): nothing was cached for it."""
 
@@ -224,6 +274,8 @@ class Coster:
         self.best_elsewhere: Callable[[tuple[str, ...]], Score | None] | None = None
         self.dominated = 0
         self._splits: dict[tuple[str, ...], Score] = {}  # _choose's split cost, until choose reads it
+        #: searches other processes ran for groups about to be chosen (:meth:`searches`, :func:`build_space`)
+        self.prefetched: dict[tuple[str, ...], Tiled | Untileable] = {}
         self.composed = ComposedBounds(self.ctx)  # the first tier of lower bounds (estimate, dominance)
 
     def analyse(self, members: tuple[str, ...]):
@@ -322,30 +374,54 @@ class Coster:
         got = best_tiling(self.ctx, members, self.objective)
         return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
 
-    def _choose(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
+    def _judged(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated | None:
+        """What a group is without searching its tiles (illegal, found by a lazy space's search, or dominated
+        by its composed bound), or None: it is searched, with :meth:`_give_up`."""
         if not self.ctx.analysis.legal(members):
             return Rejected(members, "; ".join(self.ctx.analysis.problems(members)))
         split = self._splits[members] = self._split(members)
         obj = self.objective
-
-        def dominated(bound) -> bool:
-            own = (bound.latency_s, float(bound.traffic_bytes)) if obj == "latency" else \
-                (float(bound.traffic_bytes), bound.latency_s)
-            return own[0] > split[0] * (1 + TIE) or (own[0] >= split[0] and own[1] >= split[1])
-
         # what a lazy space already found for these members (an eager space built after it reuses its work)
         known = self.shapes.get(("exact", *self._shape_key(members)))
         if isinstance(known, Rejected):
             return known
         if isinstance(known, Choice):
             return Dominated(members, _score(known, obj), split) if _dominated(known, split, obj) else known
-        if len(members) > 1 and dominated(b := self.composed.bound(members)):
+        if len(members) > 1 and _gives_up(split, obj, b := self.composed.bound(members)):
             return Dominated(members, (b.latency_s, float(b.traffic_bytes)) if obj == "latency" else
                              (float(b.traffic_bytes), b.latency_s), split)
+        return None
+
+    def _give_up(self, members: tuple[str, ...]):
+        """The dominance test a group's search stops on (none for one Einsum: its cost bounds every cover)."""
+        return partial(_gives_up, self._splits[members], self.objective) if len(members) > 1 else None
+
+    def searches(self, groups: list[tuple[str, ...]]) -> list[tuple]:
+        """The tile searches :meth:`choose` will run for these groups (of one size), as tasks for :func:`_search`."""
+        tasks, keys = [], set()
+        for members in groups:
+            key = self._shape_key(members)
+            if key in self.shapes or key in keys or members in self.prefetched:
+                continue
+            keys.add(key)
+            if self._judged(members) is None:
+                tasks.append((members, self.objective, self._give_up(members)))
+            self._splits.pop(members, None)  # (choose() judges it again)
+        return tasks
+
+    def _choose(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated:
+        judged = self._judged(members)
+        if judged is not None:
+            return judged
+        split, obj, give_up = self._splits[members], self.objective, self._give_up(members)
         _check_deadline()
         settle()
         self.searched += 1
-        got = best_tiling(self.ctx, members, obj, give_up=dominated if len(members) > 1 else None)
+        got = self.prefetched.pop(members, None)
+        if got is None:
+            got = best_tiling(self.ctx, members, obj, give_up=give_up)
+        else:  # (searched in another process: kept here as best_tiling keeps its own)
+            remember(self.ctx, members, obj, None, got, give_up is not None)
         if not isinstance(got, Tiled):
             if got.bound is not None:
                 b = got.bound
@@ -406,12 +482,34 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
             ch = kept[members] = judge(members)
         return not isinstance(ch, Rejected)
 
+    jobs, pool = (1 if lazy else SEARCH_JOBS.get()), None
+
+    def prepare(level: list[tuple[str, ...]]) -> None:  # one size's searches at once, in the other processes
+        nonlocal pool
+        if jobs < 2:
+            return
+        tasks = coster.searches([m for m in level if m not in exclude])
+        if len(tasks) < POOL_FROM:
+            return
+        if pool is None:
+            pool = _fork_pool(coster.ctx, jobs)
+        if pool is None:
+            return
+        for members, got in pool.imap_unordered(_search, tasks, chunksize=max(1, len(tasks) // (8 * jobs))):
+            coster.prefetched[members] = got
+            _check_deadline()
+
     enumerated = 0
-    groups = GroupEnumeration(cascade, max_size, keep=keep, dag=coster.dag)
-    for members in groups:
-        enumerated += 1
-        if members not in kept:  # groups at the size cap are yielded but not offered to keep()
-            kept[members] = judge(members)
+    groups = GroupEnumeration(cascade, max_size, keep=keep, dag=coster.dag, prepare=prepare)
+    try:
+        for members in groups:
+            enumerated += 1
+            if members not in kept:  # groups at the size cap are yielded but not offered to keep()
+                kept[members] = judge(members)
+    finally:
+        if pool is not None:
+            pool.terminate()
+        coster.prefetched.clear()
     candidates, rejected = [], {}
     for members, ch in kept.items():
         if isinstance(ch, Choice):

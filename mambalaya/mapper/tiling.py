@@ -549,10 +549,17 @@ def best_tiling(ctx: CostContext, einsums: tuple[str, ...], objective: str = "la
         if best is None or (isinstance(got, Tiled) and (not isinstance(best, Tiled)
                                                         or got.score(objective) < best.score(objective))):
             best = got
-    if isinstance(best, Tiled) or give_up is None:  # (a search that gave up is not the group's answer)
-        ctx.tilings[key] = best
+    remember(ctx, einsums, objective, stored, best, give_up is not None)  # type: ignore[arg-type]
     return best  # type: ignore[return-value]
 
 
-__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "NoFit", "Tiled", "Untileable", "best_tiling", "score", "search_order",
+def remember(ctx: CostContext, einsums: tuple[str, ...], objective: str, stored: frozenset[str] | None,
+             got: Tiled | Untileable, gave_up: bool) -> None:
+    """Keep a search's result as the group's answer (:func:`best_tiling` asks first), unless it searched with a
+    ``give_up`` test and did not find a tiling: then it may have stopped short."""
+    if isinstance(got, Tiled) or not gave_up:
+        ctx.tilings[(tuple(einsums), objective, stored)] = got
+
+
+__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "NoFit", "Tiled", "Untileable", "best_tiling", "remember", "score", "search_order",
            "search_orders", "tile_options", "tiling_floor"]
