@@ -168,14 +168,18 @@ def _shown(cascade, arch, mapping: dict, what: str) -> str:
     return "\n\n".join(out)
 
 
-#: The mapper's processes unless ``--jobs`` says (each size's group searches at once: ``search_jobs``)
-DEFAULT_JOBS = max(1, min(8, os.cpu_count() or 1))
+def default_jobs() -> int:
+    """The mapper's processes unless ``--jobs`` says (each size's group searches at once: ``search_jobs``): the
+    environment's ``MAMBALAYA_JOBS``, else this machine's cores, at most 8 (a test suite already on every core
+    sets 1)."""
+    got = os.environ.get("MAMBALAYA_JOBS", "")
+    return int(got) if got.isdigit() and int(got) > 0 else max(1, min(8, os.cpu_count() or 1))
 
 
 def _jobs_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=_count, default=DEFAULT_JOBS, metavar="N",
-                   help=f"processes the mapper searches groups in (default {DEFAULT_JOBS}: this machine's cores, "
-                        "at most 8; 1: this process alone); the mapping does not depend on it")
+    p.add_argument("--jobs", type=_count, default=default_jobs(), metavar="N",
+                   help=f"processes the mapper searches groups in (default {default_jobs()}: MAMBALAYA_JOBS, else "
+                        "this machine's cores, at most 8; 1: this process alone); the mapping does not depend on it")
 
 
 def _count(text: str) -> int:

@@ -14,6 +14,9 @@ import pytest
 if not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The suite runs on every core already (pytest-xdist): the mapper searches in each test's own process.
+os.environ["MAMBALAYA_JOBS"] = "1"
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
