@@ -482,13 +482,14 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
             ch = kept[members] = judge(members)
         return not isinstance(ch, Rejected)
 
-    jobs, pool = (1 if lazy else SEARCH_JOBS.get()), None
+    jobs, pool = SEARCH_JOBS.get(), None
 
     def prepare(level: list[tuple[str, ...]]) -> None:  # one size's searches at once, in the other processes
         nonlocal pool
         if jobs < 2:
             return
-        tasks = coster.searches([m for m in level if m not in exclude])
+        # (a lazy space searches only its single Einsums; the others get bounds)
+        tasks = coster.searches([m for m in level if m not in exclude and (not lazy or len(m) == 1)])
         if len(tasks) < POOL_FROM:
             return
         if pool is None:

@@ -73,22 +73,24 @@ def test_gc_is_restored() -> None:
         gc.enable()
 
 
-def test_a_space_searched_in_processes_is_the_one_searched_here(monkeypatch) -> None:
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_space_searched_in_processes_is_the_one_searched_here(monkeypatch, lazy: bool) -> None:
     """``search_jobs``: each size's group searches run in forked processes (here every size with a search, so
-    the small cascade uses them), and the space is the one this process builds alone: the same candidates at
-    the same tiles and costs, the same groups dominated and searched."""
+    the small cascade uses them; a lazy space searches its single Einsums so), and the space is the one this
+    process builds alone: the same candidates at the same tiles and costs, the same groups dominated and
+    searched."""
     from mambalaya.cost.context import CostContext
     from mambalaya.mapper import space as sp
 
     c, a = open_cascade("mamba1-decode"), load_arch("h200")
-    alone = build_space(c, a, ctx=CostContext(c, a))
+    alone = build_space(c, a, ctx=CostContext(c, a), lazy=lazy)
     sent: list[int] = []
     real = sp.Coster.searches
     monkeypatch.setattr(sp, "POOL_FROM", 1)
     monkeypatch.setattr(sp.Coster, "searches", lambda self, groups: sent.append(len(got := real(self, groups))) or got)
     with sp.search_jobs(2):
-        spread = build_space(c, a, ctx=CostContext(c, a))
-    assert sum(sent) > 20
+        spread = build_space(c, a, ctx=CostContext(c, a), lazy=lazy)
+    assert sum(sent) > (len(c.einsums) - 1 if lazy else 20)
     assert [(x.einsums, x.group, x.traffic_bytes, x.latency_s, x.buffer_bytes) for x in spread.candidates] == \
         [(x.einsums, x.group, x.traffic_bytes, x.latency_s, x.buffer_bytes) for x in alone.candidates]
     assert (spread.dominated, spread.coster.searched) == (alone.dominated, alone.coster.searched)
