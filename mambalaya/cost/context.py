@@ -16,7 +16,7 @@ from mambalaya.cost.legality import GroupAnalysis
 from mambalaya.cost.ops import OpCount, einsum_ops
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.schedule import GroupSchedule, Lowerer, check_capacity, policy_of
+from mambalaya.schedule import GridShape, GroupSchedule, Lowerer, check_capacity, policy_of
 
 
 @dataclass
@@ -71,6 +71,12 @@ class CostContext:
         held to ``arch.accumulator_bytes``), without its statements."""
         stored = self.stored_alone(group.einsums) if stored is None else stored
         return self.lowerer.occupancy(group, stored, policy_of(self.arch))
+
+    def grid(self, group: FusionGroup, stored: frozenset[str] | None = None) -> GridShape:
+        """What the placement of the group's tiled loops fixes of its tilings' program grid
+        (:meth:`~mambalaya.schedule.Lowerer.grid`): raises ``ScheduleError`` when the schedule refuses them."""
+        stored = self.stored_alone(group.einsums) if stored is None else stored
+        return self.lowerer.grid(group, stored, policy_of(self.arch))
 
     def lower(self, group: FusionGroup, stored: frozenset[str] | None = None, index: int = 0,
               check: bool = True) -> GroupSchedule:

@@ -23,6 +23,7 @@ fitting tiling by the objective (lexicographic: latency then traffic, or the rev
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -34,7 +35,7 @@ from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
 from mambalaya.cost.price import least_staged_bytes
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.schedule import Load, ScheduleError, extent
+from mambalaya.schedule import GridShape, Load, ScheduleError, extent, piece_class
 
 Score = tuple[float, float]
 #: Up to this multiple of the capacity, a least tiling the quick occupancy refuses is lowered to decide (the quick
@@ -157,6 +158,9 @@ class _Search:
         self.untiled = None  # the untiled schedule, once lowered
         self._bound: list = []  # bound(), once computed
         self.give_up = None  # run()'s dominance test: a tiling that cannot pass it is not worth lowering
+        self._pieces: dict[str, tuple] = {}  # per loop, the pieces of its rank (tile_class)
+        self._grids: dict[tuple, GridShape | None] = {}  # shape() by tiled loops and their tiles' classes
+        self._dense: dict[str, int] = {}  # per operand, the bytes the untiled schedule loads of it densely (bound())
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -292,8 +296,14 @@ class _Search:
             return None
         sched, cascade = self.untiled, self.ctx.cascade
         ranges = {n: dict(zip(cascade.einsum(n).ranks, rs, strict=True)) for n, rs in sched.ranges.items()}
-        sparse = sum(s.elements * cascade.tensors[s.tensor].element_bytes for s, _ in sched.statements()
-                     if isinstance(s, Load) and not extent.dense_box(s.box, ranges))
+        sparse = 0
+        for s, _ in sched.statements():
+            if isinstance(s, Load):
+                nbytes = s.elements * cascade.tensors[s.tensor].element_bytes
+                if not extent.dense_box(s.box, ranges):
+                    sparse += nbytes
+                elif s.init_of is None:
+                    self._dense[s.tensor] = self._dense.get(s.tensor, 0) + nbytes
         got = group_costs(self.ctx, sched)[0]
         traffic = got.traffic_bytes - sparse
         memory = memory_seconds(self.ctx.arch, traffic)
@@ -329,21 +339,82 @@ class _Search:
             n *= -(-self.size[r] // (1 if tiles is None else t))
         return n
 
-    def floor(self, tiles: dict[str, int]) -> float | None:
-        """A lower bound on the latency at ``tiles`` (None: no untiled schedule to bound it by): the group's bound
-        (:meth:`bound`) over the most of the chip these tiles' grid can keep busy."""
+    def shape(self, tiles: dict[str, int]) -> GridShape | None:
+        """What the placement of the loops ``tiles`` tiles fixes of its program grid (:meth:`CostContext.grid`:
+        decided by which loops are tiled and their tiles' piece classes, so kept per those), or None when the
+        schedule refuses them."""
+        key = tuple(sorted((r, self.tile_class(r, t)) for r, t in tiles.items() if t < self.size[r]))
+        if key in self._grids:
+            return self._grids[key]
+        try:
+            got = self.ctx.grid(FusionGroup(self.einsums, self.order, dict(tiles)), self.stored)
+        except ScheduleError:
+            got = None
+        self._grids[key] = got
+        return got
+
+    def tile_class(self, rank: str, tile: int) -> frozenset:
+        """How ``tile`` of loop ``rank`` meets the pieces of its rank (:func:`~mambalaya.schedule.piece_class`)."""
+        pieces = self._pieces.get(rank)
+        if pieces is None:
+            pieces = self._pieces[rank] = self.ctx.lowerer.pieces(self.einsums, rank)
+        return piece_class(pieces, rank, tile)
+
+    def programs(self, tiles: dict[str, int]) -> int:
+        """An upper bound on the programs of the grid at ``tiles`` (0: the schedule refuses them): the trips of its
+        :meth:`shape`'s loops, no more than :meth:`widest_grid` allows."""
+        shape = self.shape(tiles)
+        if shape is None:
+            return 0
+        return min(self.trips(shape.loops, tiles), self.widest_grid(tiles))
+
+    def trips(self, loops: tuple[str, ...], tiles: dict[str, int]) -> int:
+        """The programs of a grid of these loops at ``tiles``."""
+        n = 1
+        for r in loops:
+            n *= -(-self.size[r] // tiles.get(r, self.size[r]))
+        return n
+
+    def floor(self, tiles: dict[str, int], exact_grid: bool = True) -> float | None:
+        """A lower bound on the latency at ``tiles`` (None: no untiled schedule to bound it by; inf: the schedule
+        refuses them): the group's bound (:meth:`bound`) over the most of the chip these tiles' grid can keep busy,
+        with what its :meth:`shape` says every program repeats (with ``exact_grid`` False, the grid of
+        :meth:`widest_grid` alone, a bound that only falls as a tile grows)."""
         lb = self.bound()
         if lb is None:
             return None
         slots = self.ctx.arch.program_slots
-        frac = min(1.0, self.widest_grid(tiles) / slots) if slots else 1.0
-        return max((max(lb.compute_s, lb.memory_s) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
+        compute, memory = lb.compute_s, lb.memory_s
+        if not slots:
+            frac = 1.0
+        elif not exact_grid:
+            frac = min(1.0, self.widest_grid(tiles) / slots)
+        else:
+            shape = self.shape(tiles)
+            if shape is None:
+                return math.inf
+            frac = min(1.0, min(self.trips(shape.loops, tiles), self.widest_grid(tiles)) / slots)
+            compute, memory = self.repeated(shape, tiles, lb)
+        return max((max(compute, memory) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
-    def hopeless(self, tiles: dict[str, int], best: GroupCost) -> bool:
+    def repeated(self, shape: GridShape, tiles: dict[str, int], lb: GroupCost) -> tuple[float, float]:
+        """(compute, memory seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs along
+        the grid's certain loops repeat: a member that does not iterate one runs in each of its programs (the cost
+        model charges its ops per program), and an operand none of whose reads moves with one is loaded whole by
+        each (programs share nothing on chip); so its dense bytes (:meth:`bound`) count once per program more."""
+        compute = lb.compute_s
+        for name, loops in shape.replicas:
+            if loops:
+                compute += self.ctx.compute_s(name) * (self.trips(loops, tiles) - 1)
+        extra = sum(self._dense.get(t, 0) * (self.trips(loops, tiles) - 1) for t, loops in shape.rereads if loops)
+        return compute, (memory_seconds(self.ctx.arch, lb.traffic_bytes + extra) if extra else lb.memory_s)
+
+    def hopeless(self, tiles: dict[str, int], best: GroupCost, exact_grid: bool = True) -> bool:
         """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`),
         or than what ``give_up`` (the mapper's dominance test, :meth:`run`) keeps the group for: the search skips
-        lowering a tiling whose grid is too small to compete. Exact: the floor is a bound."""
-        floor = self.floor(tiles) if self.objective == "latency" else None
+        lowering a tiling whose grid is too small to compete. Exact: the floor is a bound. With ``exact_grid``
+        False, by the grid bound that only falls as a tile grows: then no larger tile of a loop can compete either."""
+        floor = self.floor(tiles, exact_grid) if self.objective == "latency" else None
         if floor is None:
             return False
         if floor > best.latency_s * (1 + 1e-9):
@@ -412,8 +483,10 @@ class _Search:
         def better(cand: dict[str, int]) -> bool:
             """Try ``cand``; False when no larger tile of a loop can do better (see the single moves)."""
             nonlocal best
-            if self.hopeless(cand, best[1]):
+            if self.hopeless(cand, best[1], exact_grid=False):
                 return False
+            if self.hopeless(cand, best[1]):  # (its own grid: a larger tile may place differently)
+                return True
             if not self.fits(cand):
                 return tuple(sorted(cand.items())) in self.refused
             c = self.cost(cand)
@@ -441,7 +514,7 @@ class _Search:
                 for r1 in self.loops[i + 1:]:
                     for t0 in (self.size[r0], *tile_options(self.size[r0])):
                         base = at(cur[0], r0, t0)
-                        if self.hopeless(at(base, r1, 1), best[1]):  # (r1's least tile: the widest grid of the pair)
+                        if self.hopeless(at(base, r1, 1), best[1], exact_grid=False):  # (r1's least tile: the widest grid of the pair)
                             continue
                         if self.fits(at(base, r1, self.size[r1])):
                             better(at(base, r1, self.size[r1]))

@@ -42,7 +42,18 @@ from mambalaya.schedule.ir import (
     Statement,
     Store,
 )
-from mambalaya.schedule.lower import SEQUENTIAL, Forms, Policy, ScheduleError, group_occupancy, lower_group
+from mambalaya.schedule.lower import (
+    SEQUENTIAL,
+    Forms,
+    GridShape,
+    Policy,
+    ScheduleError,
+    group_grid,
+    group_occupancy,
+    lower_group,
+    piece_class,
+    pieces_of,
+)
 
 #: Most lowered schedules a :class:`Lowerer` keeps (least recently used go first): a mapper's tile searches lower
 #: tens of thousands of tilings (42,248 for the small Mamba-2 on h200), each costed once (its search remembers
@@ -84,7 +95,7 @@ class Lowerer:
                policy if tiled else None, capacity if tiled else None)
         got = self._lowered.get(key)
         if got is None:
-            members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
+            members = self._members(group)
             try:
                 got = lower_group(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
                                   policy, 0, capacity)
@@ -100,12 +111,25 @@ class Lowerer:
         return got if index == got.index else replace(got, index=index)
 
 
+    def grid(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> GridShape:
+        """What the placement of the group's tiled loops fixes of the program grid of its tilings
+        (:func:`~.lower.group_grid`); raises :class:`ScheduleError` when that placement is refused."""
+        return group_grid(self.cascade, group, self.model(self._members(group), not group.recompute), self.forms,
+                          stored, policy)
+
+    def pieces(self, einsums: tuple[str, ...], rank: str) -> tuple[tuple[int, int | None], ...]:
+        """The pieces of loop ``rank``'s rank a group of ``einsums`` reads (:func:`~.lower.pieces_of`): with a tile,
+        they decide its :func:`piece_class`."""
+        return pieces_of(self.model(self._members(FusionGroup(tuple(einsums), ()))), rank)
+
+    def _members(self, group: FusionGroup) -> tuple[str, ...]:
+        return tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
+
     def occupancy(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> tuple[int, int]:
         """(What :meth:`group`'s schedule holds on chip before hoisting: the fit test; its accumulator's bytes),
         without its statements."""
-        members = tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
-        return group_occupancy(self.cascade, group, self.model(members, not group.recompute), self.forms, stored,
-                               policy)
+        return group_occupancy(self.cascade, group, self.model(self._members(group), not group.recompute), self.forms,
+                               stored, policy)
 
 
 def policy_of(arch: Arch) -> Policy:
@@ -180,6 +204,7 @@ __all__ = [
     "BufferAxis",
     "Compute",
     "Forms",
+    "GridShape",
     "GroupSchedule",
     "Load",
     "Loop",
@@ -194,9 +219,12 @@ __all__ = [
     "Store",
     "check_capacity",
     "format_schedule",
+    "group_grid",
     "group_occupancy",
     "lower_group",
     "lower_mapping",
+    "piece_class",
+    "pieces_of",
     "policy_of",
     "stored_tensors",
 ]

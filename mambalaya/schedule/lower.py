@@ -34,6 +34,7 @@ what cannot be lowered raises :class:`ScheduleError` with the reason.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -91,6 +92,7 @@ class Forms:
     #: a group's placement by what decides it (:meth:`_Lowering.placed`): every tiling of the same loops shares it
     placements: OrderedDict = field(default_factory=OrderedDict)
     members: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> what :func:`_members` finds
+    pieces: dict = field(default_factory=dict)  # (einsums, recompute, loop) -> :func:`pieces_of`
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -222,6 +224,19 @@ PLACEMENTS_MAX = 1024
 
 
 @dataclass(frozen=True)
+class GridShape:
+    """What the placement of a set of tiled loops fixes of the program grid of each of its tilings (tiles of the same
+    :func:`piece_class` es), for a bound that prices them before lowering any (:meth:`_Lowering.grid_shape`)."""
+
+    loops: tuple[str, ...]  # the grid's loops at most, outer first
+    certain: int  # how many leading ones are the grid's at every such tiling
+    replicas: tuple[tuple[str, tuple[str, ...]], ...]  # per member, the certain loops it does not iterate: it runs in
+    # every program along them
+    rereads: tuple[tuple[str, tuple[str, ...]], ...]  # per operand read off chip, the certain loops none of its reads
+    # moves with: every program along them loads what it reads
+
+
+@dataclass(frozen=True)
 class _Placed:
     """Steps 1-3 of a group at one set of tiled loops, which do not depend on the tiles' sizes (only on which
     loops are tiled and on how each tile meets the pieces of its rank, :meth:`_Lowering.piece_signature`): the
@@ -239,6 +254,7 @@ class _Placed:
     notes: tuple[str, ...]
     dropped: int  # the first notes: the loops found dead
     wins: dict
+    own: dict[str, dict[str, Range]]  # every member's ranges before step 2 (which the grid's loops keep, GridShape)
     fns: dict = field(default_factory=dict)  # each box compiled against these ranges, each output's box
     #: what steps 4-5 decide from the placement alone (:meth:`_Builder.buffer_plans`, :meth:`_Builder.read_plans`)
     plans: dict = field(default_factory=dict)
@@ -279,6 +295,38 @@ class _DeadLoop(Exception):
 
     def __init__(self, loop: int) -> None:
         self.loop = loop
+
+
+def pieces_of(model, rank: str) -> tuple[tuple[int, int | None], ...]:
+    """The pieces (divisor, modulus) of loop ``rank``'s rank that a group's members read (``g = h // 4``: (4, None));
+    ``model`` is the analysis's loop model of the group."""
+    return tuple(sorted({(div, mod) for b in model.bindings.values() if b.loop == rank for _, (_, div, mod) in b.pieces},
+                        key=repr))
+
+
+@functools.cache
+def piece_class(pieces: tuple[tuple[int, int | None], ...], rank: str, tile: int) -> frozenset[tuple]:
+    """How a tile of loop ``rank`` meets the ``pieces`` of its rank (:func:`pieces_of`): per piece, whether the tile
+    is a coarser piece's divisor (then the piece's members run outside the loop, :meth:`_Lowering.ranges`) and
+    whether it aligns with the piece (else the tiling is refused, :meth:`_Lowering._check_tiling`). Tilings whose
+    loops' tiles fall in the same classes share steps 1-3 (:meth:`_Lowering.placed`)."""
+    out = set()
+    for div, mod in pieces:
+        period = div * (mod or 1)
+        out.add((rank, div, mod, mod is None and div % tile == 0 and div > tile,
+                 tile % div == 0 and (mod is None or tile % period == 0 or period % tile == 0)))
+    return frozenset(out)
+
+
+def _carried(ms: dict[str, _Member], j: int) -> tuple[list[str], list[str], list[tuple[str, int]]]:
+    """What a placement carries across loop ``j``, whatever its tiles: the recurrences that step along it, the members
+    that accumulate partial sums across it, and those that run ahead along it (reader's rows computed a tile
+    before)."""
+    rec = [m.name for m in ms.values() if m.einsum.recurrence is not None and m.ranges[m.einsum.recurrence.rank].loop == j]
+    acc = [m.name for m in ms.values() if m.accumulate == j]
+    ahead = [(m.name, x.skew) for m in ms.values() for x in m.ranges.values()
+             if x.loop == j and x.kind == "tile" and x.skew > 0]
+    return rec, acc, ahead
 
 
 class _Lowering:
@@ -615,20 +663,44 @@ class _Lowering:
         return _Builder(self, loops, ms, tree, wins).build()
 
     def piece_signature(self, loops: list[Loop]) -> tuple:
-        """What steps 1-3 read of the tiles' sizes: for each piece of a tiled loop's rank (``g = h // 4``), whether
-        the tile is a coarser piece's divisor (then the piece's members run outside the loop, :meth:`ranges`) and
-        whether it aligns with the piece (else the tiling is refused, :meth:`_check_tiling`)."""
-        index = {lp.rank: lp.tile for lp in loops}
-        out = set()
-        for b in self.model.bindings.values():
-            t = index.get(b.loop)
-            if t is None:
-                continue
-            for _, (_, div, mod) in b.pieces:
-                period = div * (mod or 1)
-                out.add((b.loop, div, mod, mod is None and div % t == 0 and div > t,
-                         t % div == 0 and (mod is None or t % period == 0 or period % t == 0)))
+        """What steps 1-3 read of the tiles' sizes (:func:`piece_class` of every tiled loop)."""
+        out: set = set()
+        for lp in loops:
+            out.update(piece_class(self.pieces(lp.rank), lp.rank, lp.tile))
         return tuple(sorted(out, key=repr))
+
+    def pieces(self, rank: str) -> tuple[tuple[int, int | None], ...]:
+        """The pieces (divisor, modulus) the members read of loop ``rank``'s rank (``g = h // 4``: (4, None))."""
+        key = (self.group.einsums, self.group.recompute, rank)
+        got = self.forms.pieces.get(key)
+        if got is None:
+            got = self.forms.pieces[key] = pieces_of(self.model, rank)
+        return got
+
+    def grid_shape(self) -> GridShape:
+        """What the placement of these tiled loops fixes of every such tiling's program grid (:class:`GridShape`):
+        its loops at most are the placement's leading loops that no member carries anything across
+        (:func:`_carried`) and after which no member runs in their block; a window sliding along one of them ends
+        the grid at some tiles only (:meth:`_Builder.roles`), so the loops before the first such are the grid's at
+        every tiling. Every member runs over the whole grid (step 2), so its own ranges say which of those loops it
+        iterates and which of them its off-chip reads move with."""
+        loops, ms, tree, wins = self.placed(self.loops(), 0)
+        n = 0
+        while n < len(loops) and not any(_carried(ms, n)) and not self._after_at(tree, n):
+            n += 1
+        windows = {p[2] for _, _, plans in _Builder(self, loops, ms, tree, wins).buffer_plans() if plans
+                   for p in plans if p[0] == "window"}
+        certain = next((j for j in range(n) if j in windows), n)
+        replicas, moves = [], {}
+        for name, ranges in (self.own.items() if certain else ()):
+            iterates = {x.loop for x in ranges.values()}
+            replicas.append((name, tuple(loops[j].rank for j in range(certain) if j not in iterates)))
+            for _, acc, forms in self.reads[name]:
+                if acc.tensor not in self.live_set:
+                    moves.setdefault(acc.tensor, set()).update(
+                        ranges[r].loop for f in forms for r in f.ranks if ranges[r].loop is not None)
+        rereads = tuple((t, tuple(loops[j].rank for j in range(certain) if j not in mv)) for t, mv in moves.items())
+        return GridShape(tuple(lp.rank for lp in loops[:n]), certain, tuple(replicas), rereads)
 
     def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
         """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
@@ -656,12 +728,14 @@ class _Lowering:
         self.dropped = got.dropped
         self.fns = got.fns
         self.plans = got.plans
+        self.own = got.own
         return [lp for lp in loops if lp.rank in got.ranks], got.ms, got.tree, got.wins
 
     def _place(self, loops: list[Loop], grid: int) -> _Placed:
         self.notes = []
         while True:
             ms = self.ranges(loops)
+            own = {n: dict(m.ranges) for n, m in ms.items()}
             try:
                 tree = self.place(loops, ms, grid)
                 break
@@ -674,7 +748,7 @@ class _Lowering:
         self.skews(loops, ms)
         wins = self.windows(loops, ms)
         return _Placed(tuple(lp.rank for lp in loops), ms, tree, self.scans, self.offsets, self.tails, self.skew,
-                       self.parent_halos, tuple(self.notes), dropped, wins)
+                       self.parent_halos, tuple(self.notes), dropped, wins, own)
 
     def fuse_scans(self, tree: list) -> None:
         """Recurrences whose group readers it can compute step by step (:func:`~.compute.scan_consumers`),
@@ -1147,13 +1221,9 @@ class _Builder:
         out = []
         for j, lp in enumerate(self.loops):
             role, why = "parallel", ""
-            rec = [m.name for m in self.ms.values() if m.einsum.recurrence is not None
-                   and m.ranges[m.einsum.recurrence.rank].loop == j]
-            acc = [m.name for m in self.ms.values() if m.accumulate == j]
+            rec, acc, ahead = _carried(self.ms, j)
             slide = [b.tensor for b in self.buffers if b.kind != "operand"
                      and any(a.base == "window" and a.loop == j for a in b.axes)]
-            ahead = [(m.name, x.skew) for m in self.ms.values() for x in m.ranges.values()
-                     if x.loop == j and x.kind == "tile" and x.skew > 0]
             if rec:
                 role, why = "recurrence", f"{rec[0]}'s state carries across it"
             elif acc:
@@ -1210,6 +1280,18 @@ def lower_group(cascade: Cascade, group: FusionGroup, model, forms: Forms, store
     return _Lowering(cascade, group, model, forms, stored, policy, index, capacity).run()  # type: ignore[return-value]
 
 
+def group_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+               policy: Policy = SEQUENTIAL) -> GridShape:
+    """What the placement of the group's tiled loops fixes of the program grid of every tiling of them whose tiles
+    fall in the same :func:`piece_class` es as its own (:meth:`_Lowering.grid_shape`; no grid without a GPU's).
+    Raises :class:`ScheduleError` when that placement is refused."""
+    lw = _Lowering(cascade, group, model, forms, stored, policy, 0, None)
+    if policy.gpu:
+        return lw.grid_shape()
+    lw.placed(lw.loops(), 0)  # (refused or not)
+    return GridShape((), 0, (), ())
+
+
 def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
                     policy: Policy = SEQUENTIAL) -> tuple[int, int]:
     """(the bytes the group's buffers hold at once at its tiles: the fit test, what :func:`lower_group`'s
@@ -1218,4 +1300,5 @@ def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, s
     return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
 
 
-__all__ = ["SEQUENTIAL", "Forms", "Policy", "ScheduleError", "group_occupancy", "lower_group"]
+__all__ = ["SEQUENTIAL", "Forms", "GridShape", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group",
+           "piece_class", "pieces_of"]

@@ -190,8 +190,9 @@ def test_a_scan_at_a_million_tokens_runs_its_recurrence_innermost() -> None:
 
 def _check_grid(ctx, members, tiles_list) -> int:
     """Lower each tiling of ``members`` on a GPU arch: its grid never has more programs than the search's widest
-    grid for those tiles (nor than for any tiles), the loops in it are none of the grid breakers, and neither the
-    group's bound nor the floor at these tiles is above its cost."""
+    grid for those tiles (nor than for any tiles) or its placement's grid shape allows, it starts with the shape's
+    certain loops, the loops in it are none of the grid breakers, and neither the group's bound nor the floor at
+    these tiles (which prices what the shape's programs repeat) is above its cost."""
     s = _Search(ctx, members, "latency", None)
     checked = 0
     for tiles in tiles_list:
@@ -201,6 +202,10 @@ def _check_grid(ctx, members, tiles_list) -> int:
             continue
         programs = group_costs(ctx, sched)[0].programs
         assert programs <= s.widest_grid(tiles) <= s.widest_grid(), (members, tiles, programs, s.widest_grid(tiles))
+        shape = s.shape(tiles)  # (its certain loops lead the grid; it has no more programs than its loops)
+        assert shape is not None and programs <= s.programs(tiles), (members, tiles, shape, programs)
+        assert sched.grid >= shape.certain and shape.loops[:shape.certain] == tuple(
+            lp.rank for lp in sched.loops[:shape.certain]), (members, tiles, shape, sched.loops, sched.grid)
         assert not {lp.rank for lp in sched.loops[:sched.grid]} & s.breakers, (members, tiles, sched.loops)
         cost, lb = group_costs(ctx, sched)[0], s.bound()
         if lb is not None:  # (the least staging and the widest grid are parts of the bound)
