@@ -10,7 +10,8 @@ is not grown (both only get worse as members are added); a lazy space costs each
 Einsums by its composed bound (:mod:`mambalaya.cost.bounds`: no lowering) until a solve picks it, so it
 grows every legal group. A whole model's candidates are costed
 once per *shape*: groups of chained layers that differ only by their layer (``X0_L3`` vs ``X0_L7``)
-cost the same, so they share one evaluation (:func:`Coster._shape_key`).
+cost the same, so they share one evaluation (:func:`Coster._shape_key`). The searches of one size run in
+forked processes (:func:`search_jobs`): they depend only on smaller groups.
 
 Exact dominance pruning (:meth:`Coster._split`): a legal group costing at least the best split of
 it into a source (or sink) Einsum and the rest is left out; it is still grown from. Costs are
@@ -195,8 +196,9 @@ def shared_coster(cascade: Cascade, arch: Arch, objective: str) -> Coster:
 SEARCH_DEADLINE: ContextVar[float | None] = ContextVar("mambalaya_search_deadline", default=None)
 
 
-#: Processes an eager space searches each size's groups in (:func:`build_space`; 1: this one alone). The groups of
-#: one size depend only on smaller ones (their splits), so they are searched at once, each by the same code.
+#: Processes a space searches each size's groups in (:func:`build_space`; 1: this one alone; a lazy space searches only
+#: its single Einsums). The groups of one size depend only on smaller ones (their splits), so they are searched at
+#: once, each by the same code.
 SEARCH_JOBS: ContextVar[int] = ContextVar("mambalaya_search_jobs", default=1)
 #: Fewest searches a size must have before other processes are asked (a few are quicker here than sent there).
 POOL_FROM = 8
@@ -204,7 +206,7 @@ POOL_FROM = 8
 
 @contextmanager
 def search_jobs(jobs: int):
-    """Within it, eager spaces search each size's groups in ``jobs`` processes (forked: they start with this
+    """Within it, spaces search each size's groups in ``jobs`` processes (forked: they start with this
     process's caches; where fork is not available, or inside a worker of a pool, in this one)."""
     token = SEARCH_JOBS.set(max(1, int(jobs)))
     try:
