@@ -58,8 +58,8 @@ def test_settle_waits_its_period_and_does_nothing_outside_a_scope(clean_collecto
     with heap.frozen_heap():
         frozen = gc.get_freeze_count()
         kept = [_Node() for _ in range(100)]
-        heap.settle()  # (within its period: no collection, nothing more frozen)
-        assert gc.get_freeze_count() == frozen
+        heap.settle()  # (within its period: no collection, nothing more frozen; a frozen object may still die)
+        assert gc.get_freeze_count() <= frozen
         assert len(kept) == 100
 
 
