@@ -192,7 +192,8 @@ def _check_grid(ctx, members, tiles_list) -> int:
     """Lower each tiling of ``members`` on a GPU arch: its grid never has more programs than the search's widest
     grid for those tiles (nor than for any tiles) or its placement's grid shape allows, it starts with the shape's
     certain loops, the loops in it are none of the grid breakers, and neither the group's bound nor the floor at
-    these tiles (which prices what the shape's programs repeat) is above its cost."""
+    these tiles (which prices what the shape's programs repeat: its compute and its traffic, each no more than the
+    schedule's) is above its cost."""
     s = _Search(ctx, members, "latency", None)
     checked = 0
     for tiles in tiles_list:
@@ -212,6 +213,9 @@ def _check_grid(ctx, members, tiles_list) -> int:
             assert lb.staging_s <= cost.staging_s * (1 + 1e-12), (members, tiles, lb.staging_s, cost.staging_s)
             assert lb.latency_s <= cost.latency_s * (1 + 1e-12), (members, tiles, lb.latency_s, cost.latency_s)
             assert s.floor(tiles) <= cost.latency_s * (1 + 1e-12), (members, tiles, s.floor(tiles), cost.latency_s)
+            compute, memory = s.repeated(shape, tiles, lb)  # (what the programs repeat: no more than the schedule's)
+            assert compute <= cost.compute_s * (1 + 1e-12), (members, tiles, shape, compute, cost.compute_s)
+            assert memory <= cost.memory_s * (1 + 1e-12), (members, tiles, shape, memory, cost.memory_s)
         checked += 1
     return checked
 
