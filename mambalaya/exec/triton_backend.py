@@ -198,6 +198,10 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
 
     c, dtype = program.cascade, program.dtype
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and dev.index is None:
+        # (a tensor on it says cuda:N, and torch.device("cuda") != torch.device("cuda:0"): unindexed, no resident
+        # weight ever matched and every run sent them all again, the LM head's 154 MB at every token)
+        dev = torch.device("cuda", torch.cuda.current_device())
     cuda = dev.type == "cuda"
     np_dtype = np.dtype(dtype)
     tdt = torch.float64 if dtype == "float64" else torch.float32
