@@ -119,8 +119,12 @@ class Lowerer:
 
     def pieces(self, einsums: tuple[str, ...], rank: str) -> tuple[tuple[int, int | None], ...]:
         """The pieces of loop ``rank``'s rank a group of ``einsums`` reads (:func:`~.lower.pieces_of`): with a tile,
-        they decide its :func:`piece_class`."""
-        return pieces_of(self.model(self._members(FusionGroup(tuple(einsums), ()))), rank)
+        they decide its :func:`piece_class`; kept in the lowering's own cache (:class:`~.lower.Forms`)."""
+        key = (tuple(einsums), (), rank)
+        got = self.forms.pieces.get(key)
+        if got is None:
+            got = self.forms.pieces[key] = pieces_of(self.model(self._members(FusionGroup(tuple(einsums), ()))), rank)
+        return got
 
     def _members(self, group: FusionGroup) -> tuple[str, ...]:
         return tuple(sorted({*group.einsums, *group.recompute}, key=self.cascade.einsum_names.index))
