@@ -96,11 +96,13 @@ class AxisFn:
     plain integer arithmetic (the lowering and the mapper evaluate boxes millions of times). Reads with a
     floor or remainder of a moving rank use the general evaluator."""
 
-    __slots__ = ("axis", "ranges", "size", "loops", "reads", "static", "generic", "affine", "_reach", "memo", "shape",
-                 "canon")
+    __slots__ = ("axis", "ranges", "size", "loops", "deps", "reads", "static", "generic", "affine", "_reach", "memo",
+                 "shape", "canon", "lengths")
 
     def __init__(self, axis: AxisBox, ranges: Mapping[str, Mapping[str, Range]], memo: dict | None = None) -> None:
         self.axis, self.ranges, self.size, self.loops = axis, ranges, axis.size, axis.loops
+        self.deps = tuple(sorted(axis.loops))
+        self.lengths: dict[tuple, int] = {}  # max_length by its loops' (tile, extent): asked thousands of times each
         self.static: Interval | None = None
         self.generic = False
         self.affine = is_affine(axis, ranges)
@@ -341,14 +343,18 @@ def max_length(fn: AxisFn, loops: tuple[Loop, ...]) -> int:
     """The longest the box gets on this axis over every tile of the loops it moves with."""
     if fn.static is not None:
         return _length(fn.static)
-    deps = sorted(fn.loops)
-    if fn.canon is not None:  # the mapper asks the same question of thousands of groups
-        key = ("max", fn.canon, tuple((loops[j].tile, loops[j].extent) for j in deps))
-        got = fn.memo.get(key)
-        if got is None:
-            got = fn.memo[key] = _max_length(fn, loops, deps)
-        return got
-    return _max_length(fn, loops, deps)
+    tiles = tuple((loops[j].tile, loops[j].extent) for j in fn.deps)
+    got = fn.lengths.get(tiles)
+    if got is None:
+        if fn.canon is not None:  # the mapper asks the same question of thousands of groups
+            key = ("max", fn.canon, tiles)
+            got = fn.memo.get(key)
+            if got is None:
+                got = fn.memo[key] = _max_length(fn, loops, list(fn.deps))
+        else:
+            got = _max_length(fn, loops, list(fn.deps))
+        fn.lengths[tiles] = got
+    return got
 
 
 def _grid(walks: list[list[int]]) -> list[np.ndarray]:

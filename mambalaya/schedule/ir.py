@@ -151,14 +151,17 @@ class Buffer:
 def accumulator_bytes(buffers) -> int:
     """The largest partial-sum buffer, each axis padded to a power of two: what a GPU program holds in registers
     across a reduction loop (a ``tl.dot`` accumulator's block); 0 without partial sums."""
-    most = 0
-    for b in buffers:
-        if b.kind == "partial":
-            n = b.element_bytes
-            for a in b.axes:
-                n *= 1 << max(0, (a.extent - 1).bit_length())
-            most = max(most, n)
-    return most
+    return max((register_block_bytes(b.element_bytes, (a.extent for a in b.axes)) for b in buffers
+                if b.kind == "partial"), default=0)
+
+
+def register_block_bytes(element_bytes: int, extents) -> int:
+    """The bytes of a partial-sum buffer of these axis ``extents`` held as a register block: each axis padded to a
+    power of two."""
+    n = element_bytes
+    for x in extents:
+        n *= 1 << max(0, (x - 1).bit_length())
+    return n
 
 
 @dataclass(frozen=True)

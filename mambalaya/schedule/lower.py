@@ -58,7 +58,7 @@ from mambalaya.schedule.ir import (
     Shift,
     Statement,
     Store,
-    accumulator_bytes,
+    register_block_bytes,
 )
 
 
@@ -797,6 +797,65 @@ class _Lowering:
         return False
 
 
+def _axis_extent(plan: tuple, fn: extent.AxisFn, loops: tuple[Loop, ...]) -> tuple[int, bool]:
+    """(elements, whether it is a sliding window) of a ``"box"`` or ``"window"`` axis plan
+    (:meth:`_Builder.buffer_plans`) at these loops' tiles: the one rule :meth:`_Builder.internal_buffers` and
+    :class:`OccupancyForm` size an internal buffer's axis by."""
+    if plan[0] == "box":
+        return extent.max_length(fn, loops), False
+    _, _, loop, skew, behind, tail, size, _ = plan
+    rows = extent.window_rows(loops[loop].tile, skew, behind, tail, size)
+    return (size, False) if rows >= size else (rows, True)
+
+
+@dataclass(frozen=True)
+class OccupancyForm:
+    """A placement's occupancy (:meth:`_Builder.occupancy`) as a function of its tiles, compiled once: every
+    tiling of the placement has the same buffers and reads, so what it holds is a sum over them of element bytes
+    times the product of their axes' lengths, each a constant or a box's :func:`~.extent.max_length` or a window's
+    rows at the tiles. Which reads of a tensor share a stream depends on the tiles (their first boxes must touch),
+    so those are grouped at each tiling and the compiled boxes of each grouping kept."""
+
+    #: per internal buffer: (element bytes, whether it holds partial sums, per axis an extent or (plan, AxisFn))
+    buffers: tuple[tuple[int, bool, tuple], ...]
+    streams: tuple[tuple[int, tuple[extent.AxisFn, ...]], ...]  # (element bytes, box) of every read alone in its key
+    shared: tuple[tuple[int, ...], ...]  # read plans sharing a key: grouped into streams at each tiling
+    groupings: dict  # (per shared key, its streams' reads) -> their (element bytes, box)s
+
+    def at(self, b: _Builder) -> tuple[int, int]:
+        """(bytes held at once, the largest partial-sum buffer padded to powers of two) at ``b``'s tiles."""
+        loops = b.loops
+        total = acc = 0
+        for eb, partial, axes in self.buffers:
+            n, window, extents = eb, False, []
+            for a in axes:
+                if type(a) is int:
+                    x = a
+                else:
+                    x, w = _axis_extent(a[0], a[1], loops)
+                    window = window or w
+                n *= x
+                extents.append(x)
+            total += n
+            if partial and not window:  # (a window's buffer is not partial sums: internal_buffers' kind)
+                acc = max(acc, register_block_bytes(eb, extents))
+        streams = self.streams
+        if self.shared:
+            key = tuple(tuple(tuple(reads) for reads, _ in b._merge(idx)) for idx in self.shared)
+            more = self.groupings.get(key)
+            if more is None:
+                plans = b.read_plans()
+                more = self.groupings[key] = tuple((b.c.tensors[plans[reads[0]][0]].element_bytes, b._stream_fns(list(reads)))
+                                                   for merged in key for reads in merged)
+            streams = streams + more
+        for eb, fns in streams:
+            n = eb
+            for fn in fns:
+                n *= extent.max_length(fn, loops)
+            total += n
+        return total, acc
+
+
 class _Builder:
     """Buffers, statements and sizes of a placed group (step 4 and 5)."""
 
@@ -905,11 +964,10 @@ class _Builder:
             return BufferAxis(plan[1])
         if what == "state":
             return BufferAxis(1, "state", plan[1], plan[2])
+        n, window = _axis_extent(plan, self._fn(plan[1]), self.loops)
         if what == "box":
-            return BufferAxis(extent.max_length(self._fn(plan[1]), self.loops), "box", plan[1])
-        _, box, loop, skew, behind, tail, size, _ = plan
-        rows = extent.window_rows(self.loops[loop].tile, skew, behind, tail, size)
-        return BufferAxis(size) if rows >= size else BufferAxis(rows, "window", box, loop)
+            return BufferAxis(n, "box", plan[1])
+        return BufferAxis(n, "window", plan[1], plan[2]) if window else BufferAxis(n)
 
     def internal_buffers(self) -> None:
         for name, kind, plans in self.buffer_plans():
@@ -954,19 +1012,41 @@ class _Builder:
         """Every off-chip read, grouped into streams: reads of one tensor loaded in one block whose boxes
         overlap or abut at the first tile (conv taps, ``X[l]`` and ``X[l-1]``, adjacent rows of a packed
         weight) share one box; disjoint parts of a tensor get streams of their own."""
-        by_key: dict[tuple, list[_Stream]] = {}
-        for tensor, member, k, forms, init_of, init_axis, first_of, depth in self.read_plans():
+        plans = self.read_plans()
+        for _, idx in self._stream_keys():
+            for reads, first in self._merge(idx):
+                tensor, _, _, _, init_of, init_axis, first_of, depth = plans[reads[0]]
+                self.streams.append(_Stream(tensor, depth, [(plans[i][1], plans[i][2], plans[i][3]) for i in reads],
+                                            init_of, init_axis, first_of, first))
+
+    def _stream_keys(self) -> tuple[tuple[tuple, tuple[int, ...]], ...]:
+        """The read plans (their indices) by what a stream shares: tensor, block, initial state, first tile only
+        (kept with the placement)."""
+        got = self.plans.get("stream keys")
+        if got is None:
+            by_key: dict[tuple, list[int]] = {}
+            for i, (tensor, _, _, _, init_of, _, first_of, depth) in enumerate(self.read_plans()):
+                by_key.setdefault((tensor, depth, init_of, first_of), []).append(i)
+            got = self.plans["stream keys"] = tuple((k, tuple(v)) for k, v in by_key.items())
+        return got
+
+    def _merge(self, idx: tuple[int, ...]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Reads of one key grouped into streams, in order: a read joins the first stream whose box at the first
+        tile of every loop overlaps or abuts its own (the hull is the stream's), else starts one. Which reads
+        merge depends on the tiles (``Win[d]`` and ``Win[D+d]`` abut only when ``d`` is whole)."""
+        plans = self.read_plans()
+        out: list[tuple[list[int], list[tuple[int, int]]]] = []
+        for i in idx:
+            tensor, member, k, forms = plans[i][:4]
             box = self._first_box(member, forms, tensor, k)
-            key = (tensor, depth, init_of, first_of)
-            for st in by_key.setdefault(key, []):
-                if _abuts(st.first, box):
-                    st.reads.append((member, k, forms))
-                    st.first = [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(st.first, box, strict=True)]
+            for j, (reads, first) in enumerate(out):
+                if _abuts(first, box):
+                    reads.append(i)
+                    out[j] = (reads, [(min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(first, box, strict=True)])
                     break
             else:
-                by_key[key].append(_Stream(tensor, depth, [(member, k, forms)], init_of, init_axis, first_of, box))
-        for streams in by_key.values():
-            self.streams += streams
+                out.append(([i], box))
+        return out
 
     def _init_read(self, out: list[tuple], name: str, k: int, acc: EffectiveRead, forms: tuple[IndexForm, ...]) -> None:
         """A read of a recurrence's tensor that can reach index -1 of its iterative position reads its initial
@@ -1238,18 +1318,38 @@ class _Builder:
     # -- the whole group --
     def occupancy(self) -> tuple[int, int]:
         """(the bytes every buffer holds at once, before operands are hoisted: what decides whether the tiles
-        fit, hoisting only uses what is left; its accumulator's bytes, :func:`~.ir.accumulator_bytes`)."""
-        self.internal_buffers()
-        self.collect_streams()
-        return (sum(b.nbytes for b in self.buffers) + sum(self._stream_bytes(st) for st in self.streams),
-                accumulator_bytes(self.buffers))
+        fit, hoisting only uses what is left; its accumulator's bytes, :func:`~.ir.accumulator_bytes`), from the
+        placement's :class:`OccupancyForm` (the buffers and streams :meth:`build` makes, not built)."""
+        return self.occupancy_form().at(self)
 
-    def _stream_bytes(self, st: _Stream) -> int:
-        """What the stream's buffer holds (:meth:`_size_stream`'s bytes, without deciding whether it slides)."""
-        n = self.c.tensors[st.tensor].element_bytes
-        for a in self._axes(st):
-            n *= extent.max_length(self._fn(a), self.loops)
-        return n
+    def occupancy_form(self) -> OccupancyForm:
+        """The placement's occupancy as a function of its tiles (kept with the placement)."""
+        got = self.plans.get("occupancy")
+        if got is None:
+            terms = []
+            for name, kind, plans in self.buffer_plans():
+                eb = self.c.tensors[name].element_bytes
+                if plans is None:
+                    terms.append((eb, kind == "partial", tuple(self.c.shape(name))))
+                else:
+                    terms.append((eb, kind == "partial", tuple(
+                        1 if p[0] == "state" else p[1] if p[0] == "size" else (p, self._fn(p[1])) for p in plans)))
+            keys = self._stream_keys()
+            fixed = []  # the streams of reads that share their key with no other: one stream each, at every tiling
+            for (tensor, *_), idx in keys:
+                if len(idx) == 1:
+                    fixed.append((self.c.tensors[tensor].element_bytes, self._stream_fns([idx[0]])))
+            got = self.plans["occupancy"] = OccupancyForm(tuple(terms), tuple(fixed),
+                                                          tuple(idx for _, idx in keys if len(idx) > 1), {})
+        return got
+
+    def _stream_fns(self, reads: list[int]) -> tuple[extent.AxisFn, ...]:
+        """The compiled box, per axis, of the stream serving these read plans."""
+        plans = self.read_plans()
+        tensor, _, _, _, init_of, init_axis, first_of, depth = plans[reads[0]]
+        st = _Stream(tensor, depth, [(plans[i][1], plans[i][2], plans[i][3]) for i in reads], init_of, init_axis,
+                     first_of)
+        return tuple(self._fn(a) for a in self._axes(st))
 
     def build(self) -> GroupSchedule:
         self.internal_buffers()
@@ -1300,5 +1400,5 @@ def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, s
     return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
 
 
-__all__ = ["SEQUENTIAL", "Forms", "GridShape", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group",
+__all__ = ["SEQUENTIAL", "Forms", "GridShape", "OccupancyForm", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group",
            "piece_class", "pieces_of"]

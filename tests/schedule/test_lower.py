@@ -136,8 +136,9 @@ def test_a_placement_is_not_shared_with_a_tile_its_pieces_refuse() -> None:
 @settings(max_examples=40, deadline=None, database=None)
 @given(st.data())
 def test_the_occupancy_probe_is_the_built_schedules_before_hoisting(data) -> None:
-    """The fit test (:func:`group_occupancy`: the buffer and read plans of the placement, sized at the tiles) holds
-    exactly what the built schedule holds when nothing is hoisted (no capacity to hoist into): every buffer, on
+    """The fit test (:func:`group_occupancy`: the placement's :class:`~mambalaya.schedule.lower.OccupancyForm` at the
+    tiles) holds exactly what the built schedule holds when nothing is hoisted (no capacity to hoist into): every
+    buffer, and the same largest partial-sum block, on
     random groups and tiles of random cascades and of the default Mamba-2, sequential and GPU."""
     from analysis.cascades import random_cascades
 
@@ -166,4 +167,5 @@ def test_the_occupancy_probe_is_the_built_schedules_before_hoisting(data) -> Non
             continue
         if policy.gpu and sched.grid:
             continue  # (a grid's schedule is placed again with its grid loops: the probe sizes the first placement)
-        assert group_occupancy(c, group, lw.model(members), lw.forms, stored, policy)[0] == sched.occupancy_bytes
+        assert group_occupancy(c, group, lw.model(members), lw.forms, stored, policy) == \
+            (sched.occupancy_bytes, sched.accumulator_bytes)
