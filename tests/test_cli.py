@@ -195,3 +195,20 @@ def test_a_deadline_whose_first_alarm_is_lost_in_a_finalizer_still_stops_the_blo
     finally:
         sys.stderr = real
     assert lost == [True] and err.getvalue() == ""
+
+
+def test_map_json_carries_a_certificate_of_what_it_proved(capsys) -> None:
+    """``map --json``'s certificate: the optimum's value is the chosen groups' cost, the solver's lower bound is
+    no more than it (equal when proven with no gap), every candidate is accounted for as searched, costed by a
+    bound alone or pruned, and a chain whose crossing groups were capped says it is not proven over every group."""
+    got = _map(capsys)
+    cert = got["certificate"]
+    assert cert["proven"] is got["optimal"] is True and cert["over"] == "every legal fusion group"
+    assert cert["value"] == pytest.approx(got["latency_s"], rel=1e-9)
+    assert cert["value"] - got["resolution"] * len(got["groups"]) <= cert["lower_bound"] <= cert["value"] * (1 + 1e-12)
+    assert cert["searched"] + cert["pruned"]["costed_by_bound"] >= cert["candidates"] - sum(
+        v for k, v in cert["pruned"].items() if k != "costed_by_bound")
+    chain = _map(capsys, "--layers", "2")["certificate"]
+    assert chain["proven"] is False and "more than 8 Einsums" in chain["over"]
+    assert main(["map", "mamba1-decode", "--arch", "h200"]) == 0
+    assert "proven optimal over every legal fusion group" in capsys.readouterr().out

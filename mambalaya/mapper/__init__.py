@@ -106,8 +106,28 @@ class MapResult:
     nodes: int = 0
     cuts: int = 0
     left_out: str | None = None  # what a size cap left out of the space (``optimal`` is false unless the caller chose it)
-    #: candidates left out unsearched, by the proof that left them out, and the group searches run
+    #: candidates left out unsearched, by the proof that left them out, the group searches run, and the candidates
+    #: the solver weighed at a lower bound alone (a lazy space's: never picked, so never searched)
     pruned: dict[str, int] = field(default_factory=dict)
+    bound: float = 0.0  # the solver's proven lower bound on the objective over the candidates (s or bytes)
+
+    def certificate(self) -> dict:
+        """What ``optimal`` rests on, for a reader to check: the optimum and the lower bound the solver proved,
+        the space it is proven over, and how its candidates were costed, searched or left out unsearched."""
+        return {
+            "objective": self.objective,
+            "value": self.objective_value,
+            "lower_bound": min(self.bound, self.objective_value),  # (the solver's, in its integer units rounded up)
+            "resolution": self.resolution,  # its integer unit: each group's cost is compared to within one
+            "proven": self.optimal,
+            "over": "every legal fusion group" if self.left_out is None else
+                    f"the legal fusion groups, less {self.left_out}",
+            "tilings": "each group at the best tiling its tile search found (a local search over the tiles the "
+                       "schedule admits: the cover is proven optimal over those costs, not over every tiling)",
+            "candidates": self.candidates,
+            "searched": self.pruned.get("searched", 0),
+            "pruned": {k: v for k, v in self.pruned.items() if k != "searched"},
+        }
 
     @property
     def groups(self) -> list[list[str]]:
@@ -341,7 +361,9 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
     return MapResult(mapping, report, proven, sol.gap, solve_s, len(cands),
                      sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
                      space.left_out, {"by_cover_bound": pruned, "dominated_by_split": space.dominated,
-                                      "searched": space.coster.searched if space.coster is not None else 0})
+                                      "searched": space.coster.searched if space.coster is not None else 0,
+                                      "costed_by_bound": sum(1 for c in cands if not c.exact)},
+                     sol.bound * res)
 
 
 def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> int:
@@ -475,7 +497,7 @@ def map_command_result(cascade: Cascade, arch: Arch | str, objective: str = "lat
         out = map_report(cascade, arch, res.mapping, objective=objective, optimal=res.optimal,
                          solve_s=res.solve_s, method=res.method, ctx=ctx)
         out.update({"gap": res.gap, "candidates": res.candidates, "resolution": res.resolution,
-                    "pruned": res.pruned})
+                    "pruned": res.pruned, "certificate": res.certificate()})
         if res.left_out:
             out["left_out"] = res.left_out
     out["layers"] = layers

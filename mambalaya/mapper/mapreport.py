@@ -84,6 +84,10 @@ def map_report(
     }
 
 
+def _value(v: float, objective: str) -> str:
+    return fmt_time(v) if objective == "latency" else fmt_bytes(v)
+
+
 def _count(n: float) -> str:
     return f"{n:.2g}".replace("e+0", "e").replace("e+", "e")
 
@@ -116,6 +120,12 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
             f"{LATENCY_PARTS[k]} {fmt_time(v)}" for k, v in result["latency_parts"].items() if v > 0 or k == "roofline_s"))
     if result.get("left_out"):
         console.print(f"not proven optimal: the search left out {result['left_out']}")
+    if cert := result.get("certificate"):
+        pruned = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in cert["pruned"].items() if v)
+        console.print(f"{'proven optimal' if cert['proven'] else 'not proven optimal'} over {cert['over']}: "
+                      f"{cert['candidates']} candidates, {cert['searched']} group searches"
+                      f"{f', {pruned}' if pruned else ''}; lower bound {_value(cert['lower_bound'], cert['objective'])}"
+                      f" for {_value(cert['value'], cert['objective'])}; {cert['tilings']}")
     if result.get("speedup"):
         console.print(
             f"speedup over unfused {result['speedup']:.2f}x, traffic "
