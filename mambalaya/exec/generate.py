@@ -34,6 +34,7 @@ from mambalaya.checkpoint import (
 from mambalaya.cost import CostReport
 from mambalaya.errors import WeightsError
 from mambalaya.exec.backend import get_backend
+from mambalaya.exec.device_decode import DeviceDecoder, rms_norm
 from mambalaya.exec.realweights import bind_weights, layer_cascade
 from mambalaya.exec.reference import check_memory
 from mambalaya.exec.verify import Progress
@@ -228,6 +229,7 @@ class Generator:
         self.options = options
         self._stages: dict[tuple[str, int], Stage] = {}
         self._bound: dict[str, list[dict[str, np.ndarray]]] = {}
+        self._device: tuple[list, DeviceDecoder] | None = None  # (the states it started from, the decoder)
         self.family = self.model.family
         for layer, mixer in enumerate(weights.mixers):
             check_mixer_weights(mixer, config, file=f"layer {layer}")
@@ -285,8 +287,7 @@ class Generator:
 
     def _norm(self, h: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The blocks' RMSNorm (transformers' MambaRMSNorm, in the executor's dtype)."""
-        var = np.mean(h * h, axis=-1, keepdims=True)
-        return (h / np.sqrt(var + h.dtype.type(self.model.eps))) * w
+        return rms_norm(h, w, self.model.eps)
 
     def _embed(self, ids: Sequence[int]) -> np.ndarray:
         return self.weights.embeddings[np.asarray(ids)][None].astype(self.dtype)
@@ -305,9 +306,15 @@ class Generator:
         return h[:, -1], states
 
     def step(self, token: int, states: list[dict[str, np.ndarray]]) -> np.ndarray:
-        """One new token through every block (``states`` advanced in place); the last hidden state."""
+        """One new token through every block (``states`` advanced in place); the last hidden state. On the triton
+        backend the states move to the device at the first step from them and advance there
+        (:class:`~mambalaya.exec.device_decode.DeviceDecoder`: a token is one CUDA graph's replay)."""
         stage = self.stage("decode")
         ssm_in, _, ssm_out = SSM_STATE[self.family]
+        if self.backend == "triton":
+            if self._device is None or self._device[0] is not states:
+                self._device = (states, DeviceDecoder(self, states, CONV_STATE[::2], (ssm_in, ssm_out)))
+            return self._device[1].step(self._embed([token]))
         h = self._embed([token])
         for w, bound, st in zip(self.weights.norms, self._layer_inputs("decode", stage), states, strict=True):
             out = self._run(stage, {**bound, "U": self._norm(h, w), **st})
@@ -317,6 +324,8 @@ class Generator:
 
     def head(self, hidden: np.ndarray) -> np.ndarray:
         """Next-token logits [vocab] from the last block's output (final norm and LM head, one cascade)."""
+        if self._device is not None:
+            return self._device[1].logits_of(hidden)
         stage = self.stage("head")
         (bound,) = self._layer_inputs("head", stage)
         return self._run(stage, {**bound, "U": hidden.reshape(1, -1)})["LOGITS"][0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -254,11 +255,16 @@ def _masked(val: Value, mask: Value) -> Value:
 # ---- public API ----------------------------------------------------------
 
 
-def prepare_inputs(cascade: Cascade, inputs: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
-    """Every input and weight as a contiguous array of ``dtype``, shapes checked; initial states default to 0."""
+def prepare_inputs(cascade: Cascade, inputs: dict[str, np.ndarray], dtype: np.dtype,
+                   given: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Every input and weight as a contiguous array of ``dtype``, shapes checked; initial states default to 0.
+    Those named in ``given`` the caller has already (a device's tensors) are left out."""
     env: dict[str, np.ndarray] = {}
     inits = {e.recurrence.init for e in cascade.einsums if e.recurrence and e.recurrence.init}
+    skip = set(given)
     for name in cascade.inputs():
+        if name in skip:
+            continue
         expected = cascade.shape(name)
         if name not in inputs:
             if name in inits:

@@ -156,14 +156,36 @@ def sequence_times(torch: Any, seq: Any, repeat: int) -> tuple[float, float]:
     return cuda_median_s(torch, seq, repeat), graph_median_s(torch, seq, repeat)
 
 
-def device_inputs(program: TritonProgram, inputs: dict[str, np.ndarray], dev: Any) -> dict[str, Any]:
+def device_of(device: str | None = None) -> Any:
+    """The torch device a run uses: ``device``, else the current CUDA device, else the CPU (the interpreter)."""
+    import torch
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and dev.index is None:
+        # (a tensor on it says cuda:N, and torch.device("cuda") != torch.device("cuda:0"): unindexed, no resident
+        # weight ever matched and every run sent them all again, the LM head's 154 MB at every token)
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def device_inputs(program: TritonProgram, inputs: dict[str, Any], dev: Any) -> dict[str, Any]:
     """Every input as a tensor on ``dev``; a weight given as the very array of an earlier run is not sent again
-    (weights are read-only: an array changed in place between runs must be passed as a new array)."""
+    (weights are read-only: an array changed in place between runs must be passed as a new array), and a tensor
+    already on ``dev`` (of the cascade's shape and the program's dtype) is used as it is, not copied: a decode
+    loop keeps its states there, and a CUDA graph of its launches reads them at fixed addresses."""
     import torch
 
     c = program.cascade
     out: dict[str, Any] = {}
-    for name, arr in prepare_inputs(c, inputs, np.dtype(program.dtype)).items():
+    tdt = torch.float64 if program.dtype == "float64" else torch.float32
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor):
+            if t.device != dev or t.dtype != tdt or tuple(t.shape) != c.shape(name) or not t.is_contiguous():
+                raise MambalayaError(f"input tensor {name}: a {tuple(t.shape)} {t.dtype} tensor on {t.device}, the "
+                                     f"program needs a contiguous {c.shape(name)} {tdt} tensor on {dev}")
+            out[name] = t
+    host = {k: v for k, v in inputs.items() if k not in out}
+    for name, arr in prepare_inputs(c, host, np.dtype(program.dtype), given=out.keys()).items():
         given = inputs.get(name)
         if given is None or c.tensors[name].role != "weight":
             out[name] = torch.from_numpy(arr).to(dev)
@@ -185,10 +207,12 @@ def device_inputs(program: TritonProgram, inputs: dict[str, np.ndarray], dev: An
 # exp overflowing to inf (silu, softplus of large arguments) is IEEE arithmetic the GPU does silently; under
 # the interpreter numpy would warn about it on every launch
 @np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
-def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: int = 0, warmup: int = 0,
-                layer_repeat: int = 0, device: str | None = None, count: bool = True) -> RunResult:
+def run_program(program: TritonProgram, inputs: dict[str, Any], repeat: int = 0, warmup: int = 0,
+                layer_repeat: int = 0, device: str | None = None, count: bool = True, to_host: bool = True) -> RunResult:
     """Run every group once counting its moves; ``repeat`` > 0 also times each group's uncounted launches
     (median, CUDA graph replays on a GPU), ``layer_repeat`` > 0 the whole layer eager and as a CUDA graph.
+    ``inputs`` are arrays, or tensors already on the device (:func:`device_inputs`); with ``to_host`` False the
+    outputs stay there as tensors (no copy, no wait: a decode loop's launches can then be captured).
 
     ``count=False`` runs the kernels without counting (no moves in the result): no atomics, no wait for the
     counters after each group, and each group's scratch arena is allocated once per program and reused (a
@@ -197,11 +221,7 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
     import torch
 
     c, dtype = program.cascade, program.dtype
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if dev.type == "cuda" and dev.index is None:
-        # (a tensor on it says cuda:N, and torch.device("cuda") != torch.device("cuda:0"): unindexed, no resident
-        # weight ever matched and every run sent them all again, the LM head's 154 MB at every token)
-        dev = torch.device("cuda", torch.cuda.current_device())
+    dev = device_of(device)
     cuda = dev.type == "cuda"
     np_dtype = np.dtype(dtype)
     tdt = torch.float64 if dtype == "float64" else torch.float32
@@ -276,7 +296,7 @@ def run_program(program: TritonProgram, inputs: dict[str, np.ndarray], repeat: i
                 launch(False)
 
         extra["layer_eager_s"], extra["layer_graph_s"] = sequence_times(torch, seq, layer_repeat)
-    outputs = {n: env[n].detach().cpu().numpy() for n in c.outputs()}
+    outputs = {n: env[n].detach().cpu().numpy() if to_host else env[n] for n in c.outputs()}
     fallbacks = [(gk.group.index, gk.reason) for gk in program.groups if gk.kernel is None]
     return RunResult(outputs, moved, times, 0.0, fallbacks, extra)
 
@@ -319,5 +339,5 @@ class TritonBackend:
 register(TritonBackend())
 
 __all__ = ["RESIDENT_BYTES", "SCRATCH_BYTES", "TOLERANCES", "GroupKernel", "TritonBackend", "TritonProgram", "capture_graph",
-           "compile_group", "cuda_median_s", "cuda_times_s", "device_inputs", "graph_median_s", "kernel_times_s", "run_program",
+           "compile_group", "cuda_median_s", "cuda_times_s", "device_inputs", "device_of", "graph_median_s", "kernel_times_s", "run_program",
            "sequence_times", "triton_available"]
