@@ -46,7 +46,7 @@ def check(cascade_name: str, model: str, params: dict, arch: str) -> dict:
     best = nb.best()
     if best is not None:
         row["best_neighbour"] = {"kind": best.kind, "after": best.after, "latency_s": best.latency_s}
-    if cascade_name == "mamba1":
+    if cascade_name == "mamba1" and _arch(arch).can_fuse:
         from benchmarks.bench_gpu import mamba1_gpu_mapping
         from mambalaya.ir.mapping import Mapping
         from mambalaya.mapper.space import shared_coster
