@@ -87,6 +87,14 @@ class NoFit:
     refused: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """What a dominance test reads of a bound at one tiling (:meth:`_Search.hopeless`)."""
+
+    latency_s: float
+    traffic_bytes: int
+
+
 def score(cost: GroupCost, objective: str) -> Score:
     return (cost.latency_s, float(cost.traffic_bytes)) if objective == "latency" else \
         (float(cost.traffic_bytes), cost.latency_s)
@@ -419,7 +427,7 @@ class _Search:
             return False
         if floor > best.latency_s * (1 + 1e-9):
             return True
-        return self.give_up is not None and self.give_up(replace(self.bound(), latency_s=floor))
+        return self.give_up is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
 
     def near_bound(self, cost: GroupCost) -> bool:
         """Whether no tiling can gain more than SPREAD_MIN_GAIN of ``cost`` (or SPREAD_MIN_OVERHEAD of a launch) by

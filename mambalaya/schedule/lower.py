@@ -662,12 +662,9 @@ class _Lowering:
                 return replace(_Builder(self, loops, ms, tree, wins, grid).build(), grid=grid)
         return _Builder(self, loops, ms, tree, wins).build()
 
-    def piece_signature(self, loops: list[Loop]) -> tuple:
+    def piece_signature(self, loops: list[Loop]) -> frozenset:
         """What steps 1-3 read of the tiles' sizes (:func:`piece_class` of every tiled loop)."""
-        out: set = set()
-        for lp in loops:
-            out.update(piece_class(self.pieces(lp.rank), lp.rank, lp.tile))
-        return tuple(sorted(out, key=repr))
+        return frozenset().union(*(piece_class(self.pieces(lp.rank), lp.rank, lp.tile) for lp in loops))
 
     def pieces(self, rank: str) -> tuple[tuple[int, int | None], ...]:
         """The pieces (divisor, modulus) the members read of loop ``rank``'s rank (``g = h // 4``: (4, None))."""
@@ -1290,8 +1287,11 @@ class _Builder:
         m = self.ms[name]
         # (only the enclosing loops move it: a member that accumulates over an outer loop is stored after it,
         # whole along the inner loops it was computed in)
-        box = tuple(replace(a, loops=frozenset(j for j in a.loops if j < depth))
-                    for a in (self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks))))
+        box = self.fns.get(("store", name, depth))  # (kept with the placement, which decides it)
+        if box is None:
+            box = self.fns[("store", name, depth)] = tuple(
+                replace(a, loops=frozenset(j for j in a.loops if j < depth))
+                for a in (self._out_axis(m, pos) for pos in range(len(m.einsum.out_ranks))))
         n, execs = extent.box_total(tuple(self._fn(a) for a in box), tuple(range(depth)), self.loops,
                                     guard=m.replicas)
         return Store(name, self.by_tensor[name], box, tuple(sorted(m.replicas)), n, execs)
