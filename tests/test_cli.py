@@ -210,5 +210,6 @@ def test_map_json_carries_a_certificate_of_what_it_proved(capsys) -> None:
         v for k, v in cert["pruned"].items() if k != "costed_by_bound")
     chain = _map(capsys, "--layers", "2")["certificate"]
     assert chain["proven"] is False and "more than 8 Einsums" in chain["over"]
+    assert chain["searched"] >= cert["searched"] > 0  # (a chain's: its layer's searches and the crossing groups')
     assert main(["map", "mamba1-decode", "--arch", "h200"]) == 0
     assert "proven optimal over every legal fusion group" in capsys.readouterr().out

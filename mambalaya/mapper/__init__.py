@@ -59,6 +59,7 @@ from mambalaya.mapper.space import (
     Candidate,
     OutOfTime,
     Space,
+    bound_candidates,
     build_space,
     refine,
     search_jobs,
@@ -86,6 +87,9 @@ LAZY_SEARCH_BASE = 100
 #: went eager too early: mamba2-2.7b L16384 on mambalaya stalls after 160 searches, then searched 1,219 more
 #: eagerly (110 s) where lazy needs 256 more (27 s); mamba2-370m L4096 on cpu 17 s lazy, 14 s eager.
 LAZY_STALL_ROUNDS = 16
+#: Most rounds a chain's lazy space searches the groups whose bounds keep the layer decomposition from its proof
+#: (:func:`_by_layers`) before it builds its layer's eager space
+LAZY_CHAIN_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -280,7 +284,7 @@ def optimal_mapping(cascade: Cascade, arch: Arch | str, objective: str = "latenc
 def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", method: str = "ilp",
                      time_limit_s: float | None = None, *, max_size: int | None = None, layers: int = 1,
                      max_cross: int | None = None, recompute: bool = False, lazy: bool | None = None,
-                     known: dict[str, float] | None = None) -> MapResult:
+                     known: dict[str, float] | None = None, spaces: list[Space] | None = None) -> MapResult:
     """The minimum-``objective`` mapping of ``cascade`` on ``arch`` (``latency`` or ``traffic``).
 
     ``method``: a registered solver (``ilp``, the default: the downset shortest path, else SCIP; ``mip``; ``downsets``;
@@ -308,16 +312,27 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
         max_size = DEFAULT_MAX_SIZE
     max_cross = DEFAULT_MAX_CROSS if max_cross is None else max_cross
     start = time.perf_counter()
+    by_layers = layers > 1 and method in ("ilp", "mip", "scip")
+    # a chain tries its layer's lazy space first: its bounds may prove the layer's optimum repeated (_by_layers)
+    lazy_chain = by_layers and lazy is not False and arch.can_fuse
     lazy = (True if lazy is None else lazy) and layers == 1 and not recompute
+    layer = cascade
     if layers > 1:
-        cascade, space = build_chain_space(cascade, layers, arch, objective, max_cross=max_cross)
+        one: list[Space] = []
+        if lazy_chain:
+            _optimal_mapping(layer, arch, objective, method, time_limit_s, lazy=True, known=known, spaces=one)
+            # (a group in no optimal cover of one layer may be in one of the chain: the pruned are back, at bounds)
+            one[0].candidates += bound_candidates(one[0], sorted(one[0].pruned))
+            one[0].pruned = set()
+        cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross,
+                                           one=one[0] if one else None)
     else:
         space = build_space(cascade, arch, objective, max_size=max_size, lazy=lazy)
     space_s = time.perf_counter() - start
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
-    by_layers = layers > 1 and method in ("ilp", "mip", "scip")
     gaps: list[float] = []
     pruned = 0
+    chain_rounds = 0
     rounds: list[tuple[int, int]] = []  # (pruned, searched) so far, per round of the lazy loop
     searched_before = space.coster.searched if space.coster is not None else 0
     while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
@@ -326,7 +341,20 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
         problem, cands, (res, res2) = build_problem(space, extra)
         remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
         try:
-            sol = _by_layers(space, problem, (res, res2), method, layers) if by_layers else None
+            want: set[tuple[str, ...]] = set()
+            sol = _by_layers(space, problem, (res, res2), method, layers, cands, want) if by_layers else None
+            if sol is None and layers > 1 and space.lazy:
+                # the bounds proved nothing yet: search those in the way and try again, else the eager layer space
+                if want and chain_rounds < LAZY_CHAIN_ROUNDS:
+                    chain_rounds += 1
+                    one_space = space.layer_space  # type: ignore[attr-defined]
+                    refine(one_space, [c for c in one_space.candidates if c.einsums in want], batch=0)
+                    cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross,
+                                                       one=one_space)
+                else:
+                    cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross)
+                space_s = time.perf_counter() - start
+                continue
             if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
                 sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
         except SolveTimeout:
@@ -353,6 +381,8 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
         pruned = len(space.pruned)
         gaps += refine(space, picked)
     solve_s = time.perf_counter() - start
+    if spaces is not None:
+        spaces.append(space)
     chosen: list[Candidate] = [cands[i] for i in schedule(problem, sol.chosen)]
     mapping = Mapping(tuple(c.group for c in chosen), cascade.name, arch.name)
     mapping.validate(cascade)
@@ -361,7 +391,8 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
     return MapResult(mapping, report, proven, sol.gap, solve_s, len(cands),
                      sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
                      space.left_out, {"by_cover_bound": pruned, "dominated_by_split": space.dominated,
-                                      "searched": space.coster.searched if space.coster is not None else 0,
+                                      "searched": space.coster.searched if space.coster is not None else
+                                      space.searches,
                                       "costed_by_bound": sum(1 for c in cands if not c.exact)},
                      sol.bound * res)
 
@@ -391,7 +422,7 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> i
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
-               layers: int) -> Solution | None:
+               layers: int, cands: list[Candidate] | None = None, search: set | None = None) -> Solution | None:
     """The chain's optimum as the one-layer optimum in every layer, when a bound proves it; else None.
 
     Proof (exact): with LP duals ``y`` of the one layer's set partition (GLOP), the Lagrangian bound
@@ -400,6 +431,12 @@ def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method:
     optimum (the acyclicity constraints only raise it). When it reaches ``layers x`` the one-layer
     optimum, the replicated one-layer optimum (schedulable: layers only feed forward) is optimal.
     Otherwise a cross-layer group may pay and the caller solves the whole chain.
+
+    A lazy chain space (its layer's unsearched groups at their lower bounds, ``cands`` the problem's candidates)
+    proves the same way, the bounds standing for their costs (each no more); when it does not, ``search`` gets the
+    one-layer groups whose bounds stand in the way: the one-layer optimum's unsearched picks, else every unsearched
+    column the periodic LP uses or would gain from (reduced cost below half a unit: searched, its cost may lift the
+    duals or its own term).
 
     Ties (lexicographic): a column of reduced cost ``rc`` is in no cover cheaper than
     ``bound + max(rc, 0)``, so the optimal covers use only the *tight* columns, where that reaches
@@ -418,13 +455,26 @@ def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method:
                  tuple(_units(c, space.objective, res[0], arch) for c in one.candidates),
                  tuple(_units(c, other, res[1], arch) for c in one.candidates))
     sol1 = solve(p1, method)
+    unsearched = [one.candidates[i].einsums for i in sol1.chosen if not one.candidates[i].exact]
+    if unsearched:  # (not the layer's optimum yet: its picks searched may cost more)
+        if search is not None:
+            search.update(unsearched)
+        return None
     base = {e: split_layer_name(e)[0] for e in problem.einsums}
     everything = list(range(len(problem.groups)))
+
+    def in_the_way(rcs: list[float], columns: list[int]) -> None:
+        if search is not None and cands is not None:
+            search.update(tuple(base[e] for e in problem.groups[i]) for i in columns
+                          if rcs[i] < 0.5 and not cands[i].exact)  # (the LP's own columns: rc 0, to a half unit)
+
     got = _periodic_bound(problem, everything, problem.costs, base, p1.einsums, layers)
     target = layers * sol1.objective
     # integer objective: optimum >= ceil(bound); proven to SCIP's own tolerance (1e-9 of the objective)
     slack = max(0.5, 1e-9 * target)
     if got is None or got[0] < target - slack or not sol1.optimal:
+        if got is not None:
+            in_the_way(got[1], everything)
         return None
     bound, rcs = got
     if problem.secondary:
@@ -433,6 +483,8 @@ def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method:
         got2 = _periodic_bound(problem, tight, problem.secondary, base, p1.einsums, layers)
         target2 = layers * sol1.secondary
         if got2 is None or got2[0] < target2 - max(0.5, 1e-9 * target2):
+            if got2 is not None:
+                in_the_way(got2[1], tight)
             return None
     index = {g: i for i, g in enumerate(problem.groups)}
     chosen = tuple(index[tuple(layer_name(split_layer_name(e)[0], k) for e in p1.groups[i])]

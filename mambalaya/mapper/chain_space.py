@@ -22,7 +22,17 @@ from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.chain import chain_layers, layer_name, split_layer_name
 from mambalaya.ir.expr import accesses
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.mapper.space import Candidate, Choice, Coster, Dominated, Rejected, Space, build_space, shared_coster
+from mambalaya.mapper.space import (
+    Candidate,
+    Choice,
+    Coster,
+    Dominated,
+    Rejected,
+    Space,
+    bound_candidates,
+    build_space,
+    shared_coster,
+)
 
 #: Most Einsums of a group crossing a layer boundary in a chain's space (``max_cross``) unless the caller says.
 DEFAULT_MAX_CROSS = 8
@@ -113,21 +123,34 @@ class _ChainAnalysis(GroupAnalysis):
 
 
 def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = "latency", *,
-                      max_cross: int = DEFAULT_MAX_CROSS, chained: Cascade | None = None) -> tuple[Cascade, Space]:
+                      max_cross: int = DEFAULT_MAX_CROSS, chained: Cascade | None = None,
+                      one: Space | None = None) -> tuple[Cascade, Space]:
     """The space of ``chain_layers(layer, layers)`` (or of ``chained``, a chain of ``layer``).
 
     Exact over that space: the only groups left out cross a boundary with more than ``max_cross`` (the space's
-    ``left_out`` says so when a group at that size could have grown).
+    ``left_out`` says so when a group at that size could have grown). ``one``: the layer's space when it is a
+    lazy one already solved (its unsearched groups, and those it pruned, enter at their lower bounds: the chain's
+    space is then lazy too, enough for :func:`~mambalaya.mapper._by_layers` to prove the layer's optimum repeated);
+    else the layer's eager space is built.
     """
     chained = chained or chain_layers(layer, layers)
-    one = build_space(layer, arch, objective)
+    one = build_space(layer, arch, objective) if one is None else one
+    inf = float("inf")
+    known = dict(one.best)  # (real covers' costs only: a lazy space's bounds are no cover)
+    for c in one.candidates:
+        if c.exact:
+            own = (c.latency_s, float(c.traffic_bytes)) if objective == "latency" else \
+                (float(c.traffic_bytes), c.latency_s)
+            known[c.einsums] = min(known.get(c.einsums, (inf, inf)), own)
+    layer_cands = [*one.candidates, *bound_candidates(one, sorted(one.pruned))]
     cands: list[Candidate] = []
     for k in range(layers):
         ren = {m: layer_name(m, k) for m in layer.einsum_names}
-        for c in one.candidates:
+        for c in layer_cands:
             names = tuple(ren[m] for m in c.einsums)
             g = FusionGroup(names, c.group.loop_order, dict(c.group.tiles))
-            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes, c.compute_s, c.transfers))
+            cands.append(Candidate(names, g, c.traffic_bytes, c.latency_s, c.buffer_bytes, c.compute_s, c.transfers,
+                                   exact=c.exact))
     enumerated, evaluations = one.enumerated, one.evaluations
     rejected = {layer_name(e, k): r for e, r in one.rejected_singletons.items() for k in range(layers)}
     coster, crossing = None, None
@@ -148,7 +171,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
 
         def best_elsewhere(members: tuple[str, ...]) -> tuple[float, float] | None:
             b = base(members)
-            return None if b is None else one.best.get(b)
+            return None if b is None else known.get(b)
 
         coster.best_elsewhere = best_elsewhere
 
@@ -182,6 +205,9 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     ctx = CostContext(chained, arch, analysis)
     space = Space(chained, arch, objective, cands, rejected, enumerated, evaluations, max_cross, ctx)
     space.layer_space = one  # type: ignore[attr-defined]  (the layer-decomposition proof reads it)
+    space.lazy = any(not c.exact for c in cands)
+    space.searches = one.coster.searched + (coster.searched if coster is not None else 0)  # type: ignore[attr-defined]
+    space.dominated = one.dominated + (sum(isinstance(ch, Dominated) for ch in kept.values()) if coster else 0)
     cut = [one.left_out] if one.left_out else []
     if crossing is not None and crossing.truncated and arch.can_fuse:
         cut.append(f"groups crossing a layer boundary with more than {max_cross} Einsums (max_cross; some groups "

@@ -100,6 +100,7 @@ class Space:
     grown: set[tuple[str, ...]] = field(repr=False, default_factory=set)  # groups the enumeration grew from
     dominated: int = 0  # legal groups left out because a split of them costs no more
     coster: object = field(repr=False, default=None)  # the Coster that built it (its compiled buffer needs)
+    searches: int = 0  # group tile searches it took, when no coster of its own counts them (a chain's)
     lazy: bool = False  # some candidates carry a lower bound, refined (:func:`refine`) when a solve picks them
     #: what a size cap left out of the space (None: nothing): a solve over it is then no proof of the optimum
     left_out: str | None = None
@@ -529,6 +530,18 @@ def build_space(cascade: Cascade, arch: Arch, objective: str = "latency", *, max
     if groups.truncated and max_size is not None and arch.can_fuse:
         space.left_out = f"groups of more than {max_size} Einsums (the size cap; some groups at it could grow)"
     return space
+
+
+def bound_candidates(space: Space, groups) -> list[Candidate]:
+    """These legal groups as candidates at their lower bound (:meth:`Coster.estimate`, no search): what a lazy
+    space's pruned groups still are to a chain of its layers, where a group in no optimal cover of one layer may
+    be in one of the chain."""
+    out = []
+    for members in groups:
+        ch = space.coster.estimate(members)  # type: ignore[attr-defined]
+        if isinstance(ch, Choice):
+            out.append(_candidate(members, ch))
+    return out
 
 
 def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
