@@ -324,6 +324,8 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
             # (a group in no optimal cover of one layer may be in one of the chain: the pruned are back, at bounds)
             one[0].candidates += bound_candidates(one[0], sorted(one[0].pruned))
             one[0].pruned = set()
+            if layers > 2:
+                _searched_for_two_layers(layer, arch, objective, method, max_cross, one[0])
         cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross,
                                            one=one[0] if one else None)
     else:
@@ -419,6 +421,23 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> i
     space.candidates = [c for c in space.candidates if c.exact or c.einsums not in gone]
     space.pruned |= gone
     return len(gone)
+
+
+def _searched_for_two_layers(layer: Cascade, arch: Arch, objective: str, method: str, max_cross: int,
+                             one: Space) -> None:
+    """Search the groups of a lazy layer space ``one`` that keep the layer decomposition's proof from holding on a
+    chain of two layers (:func:`_by_layers`, at most :data:`LAZY_CHAIN_ROUNDS` rounds). Its periodic LP folds every
+    chain onto one layer, so the columns in its way are those of any chain; two layers are cheap to build again
+    after each round, where 64 are not. Only decides what is searched: the longer chain's own proof still decides."""
+    for _ in range(LAZY_CHAIN_ROUNDS):
+        _, two = build_chain_space(layer, 2, arch, objective, max_cross=max_cross, one=one)
+        if not two.lazy:
+            return
+        problem, cands, res = build_problem(two)
+        want: set[tuple[str, ...]] = set()
+        if _by_layers(two, problem, res, method, 2, cands, want) is not None or not want:
+            return
+        refine(one, [c for c in one.candidates if c.einsums in want], batch=0)
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,
