@@ -126,9 +126,14 @@ def cmd_map(args: argparse.Namespace) -> int:
     arch = load_arch(args.arch)
     if args.layers < 1:
         raise MambalayaError(f"--layers must be at least 1, got {args.layers}")
+    if args.check_moves and args.layers > 1:
+        raise MambalayaError("--check-moves checks one layer's mapping: drop --layers or --check-moves")
     with Progress().step(f"mapping {cascade.name} on {arch.name}"):  # (a spinner on a terminal: a GPU takes minutes)
         result = map_command_result(cascade, arch, args.objective, args.method, args.layers, args.mapping,
                                     args.time_limit, recompute=args.recompute)
+    if args.check_moves:
+        with Progress().step("building and pricing every mapping one move away"):
+            result["neighbours"] = _neighbours(cascade, arch, result)
     if args.output:
         from mambalaya.ir.mapping import mapping_from_dict, save_mapping
 
@@ -141,6 +146,26 @@ def cmd_map(args: argparse.Namespace) -> int:
     if args.show:
         sys.stdout.write(_shown(cascade, arch, result["mapping"], args.show) + "\n")
     return EXIT_OK
+
+
+def _neighbours(cascade, arch, result: dict) -> dict:
+    """``map --check-moves``: the chosen mapping against every mapping one move from it
+    (:func:`mambalaya.mapper.moves.neighbours`), as the JSON's ``neighbours``."""
+    from mambalaya.ir.mapping import mapping_from_dict
+    from mambalaya.mapper.moves import neighbours
+
+    mapping = mapping_from_dict({"cascade": cascade.name, "arch": arch.name, **result["mapping"]})
+    nb = neighbours(cascade, arch, mapping, result["objective"])
+    best = nb.best()
+    own = nb.latency_s if nb.objective == "latency" else float(nb.traffic_bytes)
+
+    def move(m) -> dict:
+        return {"kind": m.kind, "before": [list(g) for g in m.before], "after": [list(g) for g in m.after],
+                "latency_s": m.latency_s, "traffic_bytes": m.traffic_bytes}
+
+    return {"built": len(nb.moves), "priced": sum(1 for m in nb.moves if m.score(nb.objective) is not None),
+            "untried": sum(nb.untried.values()), "better": [move(m) for m in nb.better()],
+            "best": None if best is None else {**move(best), "ratio": best.score(nb.objective)[0] / own if own else None}}
 
 
 def _shown(cascade, arch, mapping: dict, what: str) -> str:
@@ -424,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", choices=["schedule", "numba", "triton"],
                    help="also print the chosen mapping's schedule: as loop-nest pseudo-code, or as the Numba or "
                         "Triton source its backend runs")
+    p.add_argument("--check-moves", action="store_true",
+                   help="also build and price every mapping one move from the chosen one (two groups merged, one "
+                        "split in two), each new group tiled by a full search, and say whether any is better")
     p.set_defaults(func=cmd_map)
 
     p = sub.add_parser("verify", help="run a mapping's schedule and the reference; compare numbers and traffic")

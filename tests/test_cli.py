@@ -213,3 +213,15 @@ def test_map_json_carries_a_certificate_of_what_it_proved(capsys) -> None:
     assert chain["searched"] >= cert["searched"] > 0  # (a chain's: its layer's searches and the crossing groups')
     assert main(["map", "mamba1-decode", "--arch", "h200"]) == 0
     assert "proven optimal over every legal fusion group" in capsys.readouterr().out
+
+
+def test_map_check_moves_prices_every_neighbour_of_the_optimum(capsys) -> None:
+    """``map --check-moves``: every mapping one move from the optimum built and priced, none better (the optimum's
+    own check a user can run); a chain is refused with one line and exit 2."""
+    got = _map(capsys, "--check-moves")["neighbours"]
+    assert got["built"] > 0 and 0 < got["priced"] <= got["built"] and got["better"] == []
+    assert got["best"]["ratio"] >= 1 - 1e-9 and got["best"]["kind"] in ("merge", "split")
+    assert main(["map", "mamba1-decode", "--arch", "mambalaya", "--check-moves"]) == 0
+    assert "mappings one move away" in capsys.readouterr().out
+    assert main(["map", "mamba1-decode", "--arch", "mambalaya", "--check-moves", "--layers", "2"]) == 2
+    assert "--check-moves checks one layer" in capsys.readouterr().err

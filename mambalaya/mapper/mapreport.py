@@ -126,6 +126,16 @@ def format_map_report(result: dict[str, Any], width: int = 120) -> str:
                       f"{cert['candidates']} candidates, {cert['searched']} group searches"
                       f"{f', {pruned}' if pruned else ''}; lower bound {_value(cert['lower_bound'], cert['objective'])}"
                       f" for {_value(cert['value'], cert['objective'])}; {cert['tilings']}")
+    if nb := result.get("neighbours"):
+        best, better = nb["best"], nb["better"]
+        untried = f", {nb['untried']} splits untried" if nb["untried"] else ""
+        if better:
+            said = f"{len(better)} better: " + "; ".join(
+                f"{m['kind']} -> {' | '.join(', '.join(g) for g in m['after'])} {fmt_time(m['latency_s'])}"
+                for m in better[:3])
+        else:
+            said = "none better" + (f"; the best {best['ratio']:.4f}x the chosen one" if best and best["ratio"] else "")
+        console.print(f"neighbours: {nb['built']} mappings one move away, {nb['priced']} priced{untried}: {said}")
     if result.get("speedup"):
         console.print(
             f"speedup over unfused {result['speedup']:.2f}x, traffic "
