@@ -157,7 +157,6 @@ def _neighbours(cascade, arch, result: dict) -> dict:
     mapping = mapping_from_dict({"cascade": cascade.name, "arch": arch.name, **result["mapping"]})
     nb = neighbours(cascade, arch, mapping, result["objective"])
     best = nb.best()
-    own = nb.latency_s if nb.objective == "latency" else float(nb.traffic_bytes)
 
     def move(m) -> dict:
         return {"kind": m.kind, "before": [list(g) for g in m.before], "after": [list(g) for g in m.after],
@@ -165,7 +164,7 @@ def _neighbours(cascade, arch, result: dict) -> dict:
 
     return {"built": len(nb.moves), "priced": sum(1 for m in nb.moves if m.score(nb.objective) is not None),
             "untried": sum(nb.untried.values()), "better": [move(m) for m in nb.better()],
-            "best": None if best is None else {**move(best), "ratio": best.score(nb.objective)[0] / own if own else None}}
+            "best": None if best is None else {**move(best), "ratio": best.score(nb.objective)[0] / nb.value if nb.value else None}}
 
 
 def _shown(cascade, arch, mapping: dict, what: str) -> str:

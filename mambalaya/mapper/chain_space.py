@@ -33,6 +33,7 @@ from mambalaya.mapper.space import (
     build_space,
     shared_coster,
 )
+from mambalaya.mapper.tiling import score
 
 #: Most Einsums of a group crossing a layer boundary in a chain's space (``max_cross``) unless the caller says.
 DEFAULT_MAX_CROSS = 8
@@ -139,9 +140,7 @@ def build_chain_space(layer: Cascade, layers: int, arch: Arch, objective: str = 
     known = dict(one.best)  # (real covers' costs only: a lazy space's bounds are no cover)
     for c in one.candidates:
         if c.exact:
-            own = (c.latency_s, float(c.traffic_bytes)) if objective == "latency" else \
-                (float(c.traffic_bytes), c.latency_s)
-            known[c.einsums] = min(known.get(c.einsums, (inf, inf)), own)
+            known[c.einsums] = min(known.get(c.einsums, (inf, inf)), score(c, objective))  # type: ignore[arg-type]
     layer_cands = [*one.candidates, *bound_candidates(one, sorted(one.pruned))]
     cands: list[Candidate] = []
     for k in range(layers):

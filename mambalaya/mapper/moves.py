@@ -52,10 +52,14 @@ class Neighbourhood:
     moves: tuple[Move, ...]
     untried: dict[tuple[str, ...], int]
 
+    @property
+    def value(self) -> float:
+        """The mapping's own cost by the objective."""
+        return self.latency_s if self.objective == "latency" else float(self.traffic_bytes)
+
     def better(self, rel: float = 1e-9) -> list[Move]:
         """The moves that cost less than the mapping by the objective (beyond ``rel`` of it)."""
-        own = self.latency_s if self.objective == "latency" else float(self.traffic_bytes)
-        return [m for m in self.moves if (s := m.score(self.objective)) is not None and s[0] < own * (1 - rel)]
+        return [m for m in self.moves if (s := m.score(self.objective)) is not None and s[0] < self.value * (1 - rel)]
 
     def best(self) -> Move | None:
         scored = [m for m in self.moves if m.score(self.objective) is not None]
