@@ -24,7 +24,6 @@ same Einsums tie exactly in integers, whatever their grouping.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,22 +70,13 @@ from mambalaya.mapper.tiling import Tiled, Untileable, best_tiling
 DEFAULT_MAX_SIZE = 24
 #: Cascades up to this many Einsums get every group size.
 UNBOUNDED_UP_TO = 30
-#: A lazy space whose searched candidates cost more than this multiple of their bounds (the median over those some
-#: tiling fits) is built eagerly: its solves would keep picking groups the bound flatters, and the eager space
-#: prunes by splits. (Published layers on mambalaya and imax3: 1.0-1.9, lazy pays; on h200, whose bounds assume
-#: the whole chip busy: 1.8-66.) A candidate found to fit nowhere is dropped and does not count: counted as
-#: infinitely far, a mamba-1.4b batch-64 layer on mambalaya went eager after 7 rounds (29 s, 13.5 s lazy).
-LAZY_MAX_GAP = 2.0
-#: ... or once it has searched this many groups more than it has pruned unsearched (:func:`prune_by_covers`): the
-#: lazy loop pays by pruning, and searches without the eager space's split test. (mamba2-370m L4096 on mambalaya
-#: prunes 3,081 for 77 searched; on imax3 it pruned none in 800 searches, 266 s against 76 s eager.)
+#: A lazy space that has searched this many more groups no tiling fits than it has pruned (unsearched or cut
+#: short, :func:`prune_by_covers`) is built eagerly instead (an exact space too, less what was pruned): where most
+#: groups of several Einsums fit nowhere, the eager enumeration, which never grows from one, searches far fewer
+#: (mamba2-370m L4096 on h200: 2,781 of the first 2,840 groups the lazy loop searched fit nowhere, 307 pruned, 47 s;
+#: eager 469 searches, 7.7 s). The default Mamba-2 on h200 prunes 2,839 for 878 searched and stays lazy (14 s; 50
+#: s eager, where the old rule, searches against pruning, sent it).
 LAZY_SEARCH_BASE = 100
-#: ... or once its last this many rounds have searched more groups than they pruned (the pruning has stalled) and
-#: it has searched as many groups as the eager space still would (those neither pruned nor searched): then the
-#: lazy loop has paid what going eager costs (ski rental: at most twice the cheaper of the two). A stall alone
-#: went eager too early: mamba2-2.7b L16384 on mambalaya stalls after 160 searches, then searched 1,219 more
-#: eagerly (110 s) where lazy needs 256 more (27 s); mamba2-370m L4096 on cpu 17 s lazy, 14 s eager.
-LAZY_STALL_ROUNDS = 16
 #: Most rounds a chain's lazy space searches the groups whose bounds keep the layer decomposition from its proof
 #: (:func:`_by_layers`) before it builds its layer's eager space
 LAZY_CHAIN_ROUNDS = 8
@@ -295,12 +285,14 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
     crossing a layer boundary up to ``max_cross`` Einsums, :data:`DEFAULT_MAX_CROSS` unless given). A cap the
     caller gives (``max_size``, ``max_cross``) defines the space ``optimal`` is proven over; one the mapper chose
     that left a group out makes ``optimal`` false, and ``left_out`` says what. ``recompute`` also searches recomputing
-    cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy``: cost groups of several
-    Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
+    cheap multi-consumer tensors (:mod:`.recompute`; one layer only). ``lazy`` (the default for one layer): cost
+    groups of several Einsums by a lower bound and tile-search only those a solve picks, solving again until it picks only
     searched ones (:func:`~.space.build_space`; the same optimum), each round first dropping the candidates no
-    optimal cover can hold (:func:`prune_by_covers`); once the searched candidates show the bounds loose
-    (:data:`LAZY_MAX_GAP`), or the searches outrun the pruning (:data:`LAZY_SEARCH_BASE`, :data:`LAZY_STALL_ROUNDS`), the space is built
-    eagerly instead. ``pruned`` in the result counts what was left out unsearched, by which proof.
+    optimal cover can hold (:func:`prune_by_covers`), and searching the picks only as far as some optimal cover
+    could still hold them (the limits it returns: a search that proves a group dearer stops and prunes it); once
+    it finds groups no tiling fits faster than it prunes (:data:`LAZY_SEARCH_BASE`) the space is built eagerly. ``lazy=False``
+    builds the eager space at once (every group searched, less those a split dominates). ``pruned`` in the
+    result counts what was left out unsearched or cut short, by which proof.
     Raises MappingError when nothing fits.
     """
     if objective not in OBJECTIVES:
@@ -332,56 +324,50 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
         space = build_space(cascade, arch, objective, max_size=max_size, lazy=lazy)
     space_s = time.perf_counter() - start
     extra = recompute_variants(space) if recompute and arch.can_fuse else None
-    gaps: list[float] = []
-    pruned = 0
     chain_rounds = 0
-    rounds: list[tuple[int, int]] = []  # (pruned, searched) so far, per round of the lazy loop
-    searched_before = space.coster.searched if space.coster is not None else 0
-    while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
-        if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
-            raise explain_infeasible(space)  # (also once a refinement drops the last group a bound said fits)
-        problem, cands, (res, res2) = build_problem(space, extra)
-        remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
-        try:
-            want: set[tuple[str, ...]] = set()
-            sol = _by_layers(space, problem, (res, res2), method, layers, cands, want) if by_layers else None
-            if sol is None and layers > 1 and space.lazy:
-                # the bounds proved nothing yet: search those in the way and try again, else the eager layer space
-                if want and chain_rounds < LAZY_CHAIN_ROUNDS:
-                    chain_rounds += 1
-                    one_space = space.layer_space  # type: ignore[attr-defined]
-                    refine(one_space, [c for c in one_space.candidates if c.einsums in want], batch=0)
-                    cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross,
-                                                       one=one_space)
-                else:
-                    cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross)
-                space_s = time.perf_counter() - start
-                continue
-            if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
-                sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
-        except SolveTimeout:
-            if known is None:
-                raise
-            raise OutOfTime from None  # (the mapping's own time limit: its best known mapping instead)
-        picked = [cands[i] for i in sol.chosen]
-        if all(c.exact for c in picked):
-            break
-        if known is not None and sol.optimal:  # (on bounds: the optimum over the space costs at least this)
-            known["bound"] = max(known.get("bound", 0.0), sol.bound * res)
-        searched = space.coster.searched - searched_before if space.coster is not None else 0
-        rounds.append((pruned, searched))
-        stalled = len(rounds) > LAZY_STALL_ROUNDS and \
-            pruned - rounds[-1 - LAZY_STALL_ROUNDS][0] < searched - rounds[-1 - LAZY_STALL_ROUNDS][1] and \
-            searched >= sum(1 for c in space.candidates if not c.exact)  # (what eager would still search)
-        if (bool(gaps) and statistics.median(gaps) > LAZY_MAX_GAP) or searched > pruned + LAZY_SEARCH_BASE or stalled:
-            # the bounds are loose, or pruning saves fewer searches than the loop spends: the eager space, less
-            # what the pruning has proven out
-            space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster,
-                                exclude=frozenset(space.pruned))
-            continue
-        prune_by_covers(space, problem, cands)
-        pruned = len(space.pruned)
-        gaps += refine(space, picked)
+    try:
+        while True:  # a lazy space: solve on bounds, search what the solve picked, again until it picks only exact costs
+            if {e for c in space.candidates for e in c.einsums} != set(cascade.einsum_names):
+                raise explain_infeasible(space)  # (also once a refinement drops the last group a bound said fits)
+            problem, cands, (res, res2) = build_problem(space, extra)
+            remaining = None if time_limit_s is None else max(0.01, time_limit_s - (time.perf_counter() - start))
+            try:
+                want: set[tuple[str, ...]] = set()
+                sol = _by_layers(space, problem, (res, res2), method, layers, cands, want) if by_layers else None
+                if sol is None and layers > 1 and space.lazy:
+                    # the bounds proved nothing yet: search those in the way and try again, else the eager layer space
+                    if want and chain_rounds < LAZY_CHAIN_ROUNDS:
+                        chain_rounds += 1
+                        one_space = space.layer_space  # type: ignore[attr-defined]
+                        refine(one_space, [c for c in one_space.candidates if c.einsums in want], batch=0)
+                        one_space.coster.close()
+                        cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross,
+                                                           one=one_space)
+                    else:
+                        cascade, space = build_chain_space(layer, layers, arch, objective, max_cross=max_cross)
+                    space_s = time.perf_counter() - start
+                    continue
+                if sol is None:  # a chain whose optimum crosses layers: the exact shortest path over its boundaries
+                    sol = solve_layers(problem, remaining) if by_layers else solve(problem, method, remaining)
+            except SolveTimeout:
+                if known is None:
+                    raise
+                raise OutOfTime from None  # (the mapping's own time limit: its best known mapping instead)
+            picked = [cands[i] for i in sol.chosen]
+            if all(c.exact for c in picked):
+                break
+            if known is not None and sol.optimal:  # (on bounds: the optimum over the space costs at least this)
+                known["bound"] = max(known.get("bound", 0.0), sol.bound * res)
+            refine(space, picked, limits=prune_by_covers(space, problem, cands, res))
+            if space.lazy and layers == 1 and space.misfits > len(space.pruned) + LAZY_SEARCH_BASE:
+                # it finds groups that fit nowhere faster than it prunes: the eager space (less what the covers
+                # have proven out), which never grows from such a group
+                space.coster.close()  # type: ignore[attr-defined]
+                space = build_space(cascade, arch, objective, max_size=max_size, coster=space.coster,
+                                    exclude=frozenset(space.pruned))
+    finally:  # (the search processes a refinement forked)
+        if space.coster is not None:
+            space.coster.close()
     solve_s = time.perf_counter() - start
     if spaces is not None:
         spaces.append(space)
@@ -392,18 +378,21 @@ def _optimal_mapping(cascade: Cascade, arch: Arch, objective: str = "latency", m
     proven = sol.optimal and (space.left_out is None or caller_capped)
     return MapResult(mapping, report, proven, sol.gap, solve_s, len(cands),
                      sol.method, objective, sum(c.cost(objective) for c in chosen), res, space_s, sol.nodes, sol.cuts,
-                     space.left_out, {"by_cover_bound": pruned, "dominated_by_split": space.dominated,
+                     space.left_out, {"by_cover_bound": len(space.pruned), "dominated_by_split": space.dominated,
                                       "searched": space.coster.searched if space.coster is not None else
                                       space.searches,
                                       "costed_by_bound": sum(1 for c in cands if not c.exact)},
                      sol.bound * res)
 
 
-def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> int:
+def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate],
+                    res: float = 1.0) -> dict[tuple[str, ...], float]:
     """Drop from a lazy space the candidates (still lower bounds) that no optimal cover holds, unsearched: the
     cheapest cover holding one, at the bounds (:func:`~.solver.cheapest_covers`), costs more than a cover of
-    searched candidates alone, whose cost is real. Exact: a bound is at most its group's cost at any tiling. Returns
-    how many were dropped (none where the problem is not for the downset walk: conflict rows, too many downsets)."""
+    searched candidates alone, whose cost is real. Exact: a bound is at most its group's cost at any tiling.
+    Returns, per candidate kept at a bound, cheapest cover first, the most its objective may be (``res`` a unit) for
+    some optimal cover to hold it: its bound plus what its cheapest cover leaves below the real one (none where the
+    problem is not for the downset walk: conflict rows, too many downsets)."""
     exact = [i for i, c in enumerate(cands) if c.exact]
     sub = Problem(problem.einsums, problem.edges, tuple(problem.groups[i] for i in exact),
                   tuple(problem.costs[i] for i in exact))
@@ -411,16 +400,19 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate]) -> i
         real, _ = cheapest_covers(sub)
         _, through = cheapest_covers(replace(problem, secondary=()))
     except MappingError:  # (a search dropped the last searched group of some Einsum, too many downsets, rows)
-        return 0
+        return {}
     if real is None:
-        return 0
+        return {}
     # units are rounded part by part (:func:`_units`): a bound may pass its group's real figure by a few units
     slack = 4 * len(problem.einsums)
     gone = {cands[i].einsums for i, t in enumerate(through)
             if not cands[i].exact and (t is None or t > real + slack)}
     space.candidates = [c for c in space.candidates if c.exact or c.einsums not in gone]
     space.pruned |= gone
-    return len(gone)
+    obj = space.objective
+    kept = sorted((t, i) for i, t in enumerate(through) if t is not None and not cands[i].exact
+                  and cands[i].einsums not in gone)
+    return {cands[i].einsums: cands[i].cost(obj) + (real + slack - t) * res * (1 + 1e-9) for t, i in kept}
 
 
 def _searched_for_two_layers(layer: Cascade, arch: Arch, objective: str, method: str, max_cross: int,
@@ -438,6 +430,7 @@ def _searched_for_two_layers(layer: Cascade, arch: Arch, objective: str, method:
         if _by_layers(two, problem, res, method, 2, cands, want) is not None or not want:
             return
         refine(one, [c for c in one.candidates if c.einsums in want], batch=0)
+        one.coster.close()  # type: ignore[attr-defined]
 
 
 def _by_layers(space: Space, problem: Problem, res: tuple[float, float], method: str,

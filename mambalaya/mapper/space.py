@@ -8,7 +8,8 @@ lowers and prices every tiling it tries: the mapper's costs are the cost model's
 code. Groups are grown smallest first; one that is illegal, or (in an eager space) that no tiling fits,
 is not grown (both only get worse as members are added); a lazy space costs each group of several
 Einsums by its composed bound (:mod:`mambalaya.cost.bounds`: no lowering) until a solve picks it, so it
-grows every legal group. A whole model's candidates are costed
+grows every legal group, and searches a pick only as far as some optimal cover could hold it
+(:func:`refine`'s limits, :class:`Beyond`). A whole model's candidates are costed
 once per *shape*: groups of chained layers that differ only by their layer (``X0_L3`` vs ``X0_L7``)
 cost the same, so they share one evaluation (:func:`Coster._shape_key`). The searches of one size run in
 forked processes (:func:`search_jobs`): they depend only on smaller groups.
@@ -104,9 +105,10 @@ class Space:
     lazy: bool = False  # some candidates carry a lower bound, refined (:func:`refine`) when a solve picks them
     #: what a size cap left out of the space (None: nothing): a solve over it is then no proof of the optimum
     left_out: str | None = None
-    #: groups proven in no optimal cover, unsearched (:func:`mambalaya.mapper.prune_by_covers`): an eager space built
-    #: after the lazy one leaves them out (still growing from them)
+    #: groups proven in no optimal cover, unsearched (:func:`mambalaya.mapper.prune_by_covers`) or their search cut
+    #: short once it proved them dearer than any optimal cover lets them be (:func:`refine`)
     pruned: set[tuple[str, ...]] = field(repr=False, default_factory=set)
+    misfits: int = 0  # groups a lazy space searched and found no tiling of fits (:func:`refine`)
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,15 @@ class Choice:
     compute_s: tuple[float, ...] = ()
     transfers: int = 0
     exact: bool = True
+
+
+@dataclass(frozen=True)
+class Beyond:
+    """A group whose search proved it costs more than ``limit``, the most any optimal cover lets it cost
+    (:func:`refine`): in no optimal cover, so pruned, its search cut short."""
+
+    einsums: tuple[str, ...]
+    limit: float
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,8 @@ SEARCH_DEADLINE: ContextVar[float | None] = ContextVar("mambalaya_search_deadlin
 SEARCH_JOBS: ContextVar[int] = ContextVar("mambalaya_search_jobs", default=1)
 #: Fewest searches a size must have before other processes are asked (a few are quicker here than sent there).
 POOL_FROM = 8
+#: ... and a lazy space's refinement (:func:`refine`), whose processes live until the mapping ends
+REFINE_POOL_FROM = 4
 
 
 @contextmanager
@@ -214,6 +227,12 @@ def search_jobs(jobs: int):
         yield
     finally:
         SEARCH_JOBS.reset(token)
+
+
+def _beyond(limit: float, objective: str, bound) -> bool:
+    """Whether a group costing ``bound`` (a :class:`~mambalaya.cost.model.GroupCost` or a tiling's floor) costs
+    more than ``limit`` in the objective: then no optimal cover holds it (:meth:`Coster.exact`)."""
+    return (bound.latency_s if objective == "latency" else float(bound.traffic_bytes)) > limit
 
 
 def _gives_up(split: Score, objective: str, bound) -> bool:
@@ -280,6 +299,7 @@ class Coster:
         #: searches other processes ran for groups about to be chosen (:meth:`searches`, :func:`build_space`)
         self.prefetched: dict[tuple[str, ...], Tiled | Untileable] = {}
         self.composed = ComposedBounds(self.ctx)  # the first tier of lower bounds (estimate, dominance)
+        self._pool = None  # :meth:`prefetch`'s search processes, while a mapping refines its space
 
     def analyse(self, members: tuple[str, ...]):
         """The analysis of a group (legality, loop order), cached by the cost context."""
@@ -361,21 +381,62 @@ class Coster:
             self.evaluations += 1
         return got
 
-    def exact(self, members: tuple[str, ...]) -> Choice | Rejected:
-        """The group's best tiling and cost (no dominance test: a lazy space refines what a solve picked)."""
+    def exact(self, members: tuple[str, ...], limit: float | None = None) -> Choice | Rejected | Beyond:
+        """The group's best tiling and cost (no dominance test: a lazy space refines what a solve picked), or, with
+        ``limit`` (the most its objective may be for some optimal cover to hold it, :func:`refine`), Beyond
+        once its search proves it costs more: the search stops there, and nothing is kept for it."""
         key = ("exact", *self._shape_key(members))
-        if key not in self.shapes:
+        got = self.shapes.get(key)
+        if got is None:
             chosen = self.shapes.get(self._shape_key(members))  # (an eager space's search, when one ran)
-            self.shapes[key] = chosen if isinstance(chosen, Choice | Rejected) else self._exact(members)
+            got = chosen if isinstance(chosen, Choice | Rejected) else self._exact(members, limit)
+            if not isinstance(got, Beyond):
+                self.shapes[key] = got
             self.evaluations += 1
-        return self.shapes[key]
+        return got
 
-    def _exact(self, members: tuple[str, ...]) -> Choice | Rejected:
+    def _exact(self, members: tuple[str, ...], limit: float | None = None) -> Choice | Rejected | Beyond:
         _check_deadline()
         settle()
         self.searched += 1
-        got = best_tiling(self.ctx, members, self.objective)
-        return _choice(got) if isinstance(got, Tiled) else Rejected(members, got.reason, got.need_bytes)
+        give_up = None if limit is None else partial(_beyond, limit, self.objective)
+        got = self.prefetched.pop(members, None)
+        if got is None:
+            got = best_tiling(self.ctx, members, self.objective, give_up=give_up)
+        else:  # (searched in another process: kept here as best_tiling keeps its own)
+            remember(self.ctx, members, self.objective, None, got, give_up is not None)
+        if isinstance(got, Tiled):
+            return _choice(got)
+        if got.bound is not None:  # (the search gave up on it: it costs more than the limit)
+            return Beyond(members, limit)  # type: ignore[arg-type]
+        return Rejected(members, got.reason, got.need_bytes)
+
+    def prefetch(self, groups: list[tuple[str, ...]], limits: dict[tuple[str, ...], float]) -> None:
+        """Run the searches :meth:`exact` will run for these groups (with their ``limits``) at once, in the other
+        processes (:data:`SEARCH_JOBS`), when there are enough of them to pay for forking."""
+        jobs = SEARCH_JOBS.get()
+        tasks = [(m, self.objective, None if limits.get(m) is None else partial(_beyond, limits[m], self.objective))
+                 for m in groups if ("exact", *self._shape_key(m)) not in self.shapes
+                 and not isinstance(self.shapes.get(self._shape_key(m)), Choice | Rejected)]
+        if jobs < 2 or len(tasks) < REFINE_POOL_FROM:
+            return
+        if self._pool is None:
+            self._pool = _fork_pool(self.ctx, jobs)
+        if self._pool is None:
+            return
+        try:
+            for members, got in self._pool.imap_unordered(_search, tasks):
+                self.prefetched[members] = got
+                _check_deadline()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End the search processes :meth:`prefetch` forked (a mapping ends them when it is done)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
 
     def _judged(self, members: tuple[str, ...]) -> Choice | Rejected | Dominated | None:
         """What a group is without searching its tiles (illegal, found by a lazy space's search, or dominated
@@ -452,6 +513,7 @@ def _dominated(c: Choice, split: Score, objective: str) -> bool:
     if own[0] < split[0]:
         return False
     return own[0] > split[0] * (1 + TIE) or own[1] >= split[1]
+
 
 
 #: What an eager space holds for a group a lazy one proved in no optimal cover: grown from, never searched.
@@ -552,27 +614,38 @@ def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
 
 #: Inexact candidates refined with each solve's picks (the cheapest bounds per Einsum): fewer solves. Searched
 #: once the bounds have pruned each round (mamba2-370m on mambalaya: 4.5 s at 4, 5.9 s at 0, 9.3 s at 16).
-REFINE_BATCH = 4
+REFINE_BATCH = 16
 
 
-def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH) -> list[float]:
+def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH,
+           limits: dict[tuple[str, ...], float] | None = None) -> list[float]:
     """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
-    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick). Returns, per
+    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick). ``limits``: per
+    group, the most its objective may be for some optimal cover to hold it (:func:`~mambalaya.mapper.
+    prune_by_covers`); its search stops once it proves the group dearer, and the group is pruned. Returns, per
     candidate searched and kept, its cost over its bound: how tight the space's bounds are."""
     todo = {c.einsums for c in picked if not c.exact}
     if not todo:
         return []
-    rest = sorted((c for c in space.candidates if not c.exact and c.einsums not in todo),
-                  key=lambda c: c.cost(space.objective) / len(c.einsums))
-    todo |= {c.einsums for c in rest[:batch]}
+    if limits:  # (the groups of the cheapest covers at the bounds: the likeliest in an optimal one)
+        todo |= set([g for g in limits if g not in todo][:batch])
+    else:
+        rest = sorted((c for c in space.candidates if not c.exact and c.einsums not in todo),
+                      key=lambda c: c.cost(space.objective) / len(c.einsums))
+        todo |= {c.einsums for c in rest[:batch]}
+    limits = limits or {}
     coster: Coster = space.coster  # type: ignore[assignment]
+    coster.prefetch([c.einsums for c in space.candidates if c.einsums in todo], limits)
     kept, gaps = [], []
     for c in space.candidates:
         if c.einsums not in todo:
             kept.append(c)
             continue
-        ch = coster.exact(c.einsums)
-        if isinstance(ch, Choice):
+        ch = coster.exact(c.einsums, limits.get(c.einsums))
+        space.misfits += isinstance(ch, Rejected)
+        if isinstance(ch, Beyond):
+            space.pruned.add(c.einsums)
+        elif isinstance(ch, Choice):
             kept.append(new := _candidate(c.einsums, ch))
             bound = c.cost(space.objective)
             gaps.append(new.cost(space.objective) / bound if bound > 0 else 1.0)

@@ -53,25 +53,71 @@ def test_a_lazy_space_bounds_groups_and_keeps_singletons_exact() -> None:
             assert x.latency_s <= exact[x.einsums].latency_s * (1 + 1e-12)
 
 
-def test_loose_bounds_build_the_space_eagerly(monkeypatch) -> None:
-    """Searched candidates far above their bounds (here: every one reported dropped) end the lazy loop after one
-    refinement: the eager space is built instead, with the same optimum."""
+def test_a_pick_searched_past_its_cover_limit_is_pruned_and_costs_more() -> None:
+    """A picked group is searched only as far as some optimal cover could hold it (its limit: its bound plus what
+    its cheapest cover at the bounds leaves below a real cover); a search that proves it dearer stops and prunes
+    it. Each such group, searched in full, costs more than its limit, and the optimum is the eager one."""
+    import mambalaya.mapper.space as sp
+    from mambalaya.cost.context import CostContext
+    from mambalaya.mapper.tiling import Tiled, best_tiling
+
+    c, arch = small_cascade("mamba1"), load_arch("mambalaya").with_overrides(fusion_buffer_bytes=2048)
+    cut: list = []
+    real = sp.Coster.exact
+
+    def exact(self, members, limit=None):
+        got = real(self, members, limit)
+        if isinstance(got, sp.Beyond):
+            cut.append((members, limit))
+        return got
+
+    sp.clear_shared()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sp.Coster, "exact", exact)
+        lazy = optimal_mapping(c, arch, lazy=True)
+    assert cut and lazy.pruned["by_cover_bound"] >= len(cut)
+    ctx = CostContext(c, arch)
+    for members, limit in cut:
+        full = best_tiling(ctx, members)
+        assert not isinstance(full, Tiled) or full.cost.latency_s > limit, (members, limit, full.cost.latency_s)
+    sp.clear_shared()
+    eager = optimal_mapping(c, arch, lazy=False)
+    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
+
+
+def test_the_eager_space_after_pruning_leaves_the_pruned_groups_unsearched(monkeypatch) -> None:
+    """Once the lazy loop gives up (its searches outrun its pruning; here: at the first round after its pruning found
+    something), the eager space it builds leaves out what the pruning proved in no optimal cover: none of those
+    groups is searched again, and the optimum is the eager one."""
     import mambalaya.mapper as mapper
-    from mambalaya.mapper.space import clear_shared
+    from mambalaya.mapper import space as sp
 
-    c, arch = small_cascade("mamba2-decode"), load_arch("mambalaya").with_overrides(fusion_buffer_bytes=4096)
-    eager = optimal_mapping(c, arch, lazy=False)  # (lazily, 6 refinements when the bounds count as tight)
-    clear_shared()
-    calls = []
-    real = mapper.refine
+    c, arch = small_cascade("mamba2"), load_arch("cpu")
+    eager = optimal_mapping(c, arch, lazy=False)
+    sp.clear_shared()
+    pruned: set = set()
+    searched: list = []
+    excluded: list = []
+    real_prune, real_search, real_build = mapper.prune_by_covers, sp.best_tiling, mapper.build_space
 
-    def refine_reporting_loose(space, picked, batch=16):
-        calls.append(len(picked))
-        return [float("inf") for _ in real(space, picked, batch)]
+    def prune(space, problem, cands, res):
+        n = real_prune(space, problem, cands, res)
+        pruned.update(space.pruned)
+        if pruned:  # (the next round goes eager)
+            monkeypatch.setattr(mapper, "LAZY_SEARCH_BASE", -10**9)
+        return n
 
-    monkeypatch.setattr(mapper, "refine", refine_reporting_loose)
+    def build(*a, **k):
+        excluded.append(k.get("exclude", frozenset()))
+        return real_build(*a, **k)
+
+    monkeypatch.setattr(mapper, "prune_by_covers", prune)
+    monkeypatch.setattr(mapper, "build_space", build)
+    monkeypatch.setattr(sp, "best_tiling", lambda *a, **k: searched.append(tuple(a[1])) or real_search(*a, **k))
     lazy = optimal_mapping(c, arch, lazy=True)
-    assert len(calls) == 1
+    assert len(excluded) == 2 and excluded[1] == pruned and pruned  # (the lazy space, then the eager one)
+    # (a group is pruned unsearched, or searched once and cut short by its cover limit: never again)
+    assert all(searched.count(g) <= 1 for g in pruned)
     assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
 
 
@@ -92,46 +138,10 @@ def test_a_cascade_mapped_again_reuses_its_searches(monkeypatch) -> None:
 
 
 
-def test_the_eager_space_after_pruning_leaves_the_pruned_groups_unsearched(monkeypatch) -> None:
-    """Once the lazy loop gives up (here: at the first round after its pruning found something), the eager space it
-    builds leaves out what the pruning proved in no optimal cover: none of those groups is searched, and the optimum
-    is the eager one."""
-    import mambalaya.mapper as mapper
-    from mambalaya.mapper import space as sp
-
-    c, arch = small_cascade("mamba2"), load_arch("cpu")
-    eager = optimal_mapping(c, arch, lazy=False)
-    sp.clear_shared()
-    monkeypatch.setattr(mapper, "LAZY_MAX_GAP", float("inf"))
-    monkeypatch.setattr(mapper, "LAZY_STALL_ROUNDS", 10**9)
-    pruned: set = set()
-    searched: list = []
-    excluded: list = []
-    real_prune, real_search, real_build = mapper.prune_by_covers, sp.best_tiling, mapper.build_space
-
-    def prune(space, problem, cands):
-        n = real_prune(space, problem, cands)
-        pruned.update(space.pruned)
-        if pruned:  # (the next round goes eager)
-            monkeypatch.setattr(mapper, "LAZY_SEARCH_BASE", -10**9)
-        return n
-
-    def build(*a, **k):
-        excluded.append(k.get("exclude", frozenset()))
-        return real_build(*a, **k)
-
-    monkeypatch.setattr(mapper, "prune_by_covers", prune)
-    monkeypatch.setattr(mapper, "build_space", build)
-    monkeypatch.setattr(sp, "best_tiling", lambda *a, **k: searched.append(tuple(a[1])) or real_search(*a, **k))
-    lazy = optimal_mapping(c, arch, lazy=True)
-    assert len(excluded) == 2 and excluded[1] == pruned and pruned  # (the lazy space, then the eager one)
-    assert not pruned & set(searched)
-    assert lazy.objective_value == pytest.approx(eager.objective_value, rel=1e-9, abs=1e-15)
-
-
 def test_a_bound_whose_cheapest_cover_costs_more_than_a_searched_cover_is_pruned() -> None:
     """A -> B -> C, singletons searched at 10 each (a cover of 30): the bound AB at 25 is in no cover under 35, so
-    it goes unsearched; BC at 5 (a cover of 15) stays, and so do the searched ones."""
+    it goes unsearched; BC at 5 (a cover of 15) stays, and so do the searched ones. BC is worth searching only
+    while it may cost up to 20 (with A, a cover of 30): that is its limit."""
     from types import SimpleNamespace
 
     from mambalaya.ir.mapping import FusionGroup
@@ -145,8 +155,9 @@ def test_a_bound_whose_cheapest_cover_costs_more_than_a_searched_cover_is_pruned
              cand(("B", "C"), 5, False)]
     problem = Problem(("A", "B", "C"), (("A", "B"), ("B", "C")), tuple(c.einsums for c in cands),
                       tuple(int(c.latency_s) * 1000 for c in cands))
-    space = SimpleNamespace(candidates=list(cands), pruned=set())
-    assert prune_by_covers(space, problem, cands) == 1
+    space = SimpleNamespace(candidates=list(cands), pruned=set(), objective="latency")
+    limits = prune_by_covers(space, problem, cands, 1e-3)
+    assert list(limits) == [("B", "C")] and limits[("B", "C")] == pytest.approx(20, abs=0.02)
     assert [c.einsums for c in space.candidates] == [("A",), ("B",), ("C",), ("B", "C")]
     assert space.pruned == {("A", "B")}  # (an eager space built after leaves it out)
 
@@ -164,7 +175,7 @@ def test_candidates_no_optimal_cover_holds_are_pruned_unsearched(monkeypatch) ->
     lazy = optimal_mapping(c, "mambalaya", lazy=True)
     assert lazy.pruned["by_cover_bound"] > 5 * lazy.pruned["searched"]
     clear_shared()
-    monkeypatch.setattr(mapper, "prune_by_covers", lambda *a: 0)
+    monkeypatch.setattr(mapper, "prune_by_covers", lambda *a: {})
     unpruned = optimal_mapping(c, "mambalaya", lazy=True)
     assert unpruned.pruned["by_cover_bound"] == 0
     assert lazy.objective_value == pytest.approx(unpruned.objective_value, rel=1e-9, abs=1e-15)
