@@ -385,21 +385,30 @@ class Coster:
         """The group's best tiling and cost (no dominance test: a lazy space refines what a solve picked), or, with
         ``limit`` (the most its objective may be for some optimal cover to hold it, :func:`refine`), Beyond
         once its search proves it costs more: the search stops there, and nothing is kept for it."""
-        key = ("exact", *self._shape_key(members))
-        got = self.shapes.get(key)
+        got = self._known(members)
         if got is None:
-            chosen = self.shapes.get(self._shape_key(members))  # (an eager space's search, when one ran)
-            got = chosen if isinstance(chosen, Choice | Rejected) else self._exact(members, limit)
+            got = self._exact(members, limit)
             if not isinstance(got, Beyond):
-                self.shapes[key] = got
+                self.shapes[("exact", *self._shape_key(members))] = got
             self.evaluations += 1
         return got
+
+    def _known(self, members: tuple[str, ...]) -> Choice | Rejected | None:
+        """What :meth:`exact` has for the group without a search: its own earlier answer, or an eager space's."""
+        got = self.shapes.get(("exact", *self._shape_key(members)))
+        if got is None:
+            got = self.shapes.get(self._shape_key(members))
+        return got if isinstance(got, Choice | Rejected) else None
+
+    def _limit_test(self, limit: float | None):
+        """The give-up test of a search bounded by ``limit`` (:func:`_beyond`; None: none)."""
+        return None if limit is None else partial(_beyond, limit, self.objective)
 
     def _exact(self, members: tuple[str, ...], limit: float | None = None) -> Choice | Rejected | Beyond:
         _check_deadline()
         settle()
         self.searched += 1
-        give_up = None if limit is None else partial(_beyond, limit, self.objective)
+        give_up = self._limit_test(limit)
         got = self.prefetched.pop(members, None)
         if got is None:
             got = best_tiling(self.ctx, members, self.objective, give_up=give_up)
@@ -415,9 +424,7 @@ class Coster:
         """Run the searches :meth:`exact` will run for these groups (with their ``limits``) at once, in the other
         processes (:data:`SEARCH_JOBS`), when there are enough of them to pay for forking."""
         jobs = SEARCH_JOBS.get()
-        tasks = [(m, self.objective, None if limits.get(m) is None else partial(_beyond, limits[m], self.objective))
-                 for m in groups if ("exact", *self._shape_key(m)) not in self.shapes
-                 and not isinstance(self.shapes.get(self._shape_key(m)), Choice | Rejected)]
+        tasks = [(m, self.objective, self._limit_test(limits.get(m))) for m in groups if self._known(m) is None]
         if jobs < 2 or len(tasks) < REFINE_POOL_FROM:
             return
         if self._pool is None:
@@ -513,7 +520,6 @@ def _dominated(c: Choice, split: Score, objective: str) -> bool:
     if own[0] < split[0]:
         return False
     return own[0] > split[0] * (1 + TIE) or own[1] >= split[1]
-
 
 
 #: What an eager space holds for a group a lazy one proved in no optimal cover: grown from, never searched.
@@ -612,21 +618,22 @@ def _candidate(members: tuple[str, ...], ch: Choice) -> Candidate:
                      exact=ch.exact)
 
 
-#: Inexact candidates refined with each solve's picks (the cheapest bounds per Einsum): fewer solves. Searched
-#: once the bounds have pruned each round (mamba2-370m on mambalaya: 4.5 s at 4, 5.9 s at 0, 9.3 s at 16).
+#: Inexact candidates refined with each solve's picks (those of the cheapest covers at the bounds): fewer solves,
+#: and enough searches a round for the search processes (the default Mamba-2 on h200, 2 processes: 17.7 s at 4,
+#: 14.9 s at 8, 12.3 s at 16; mamba2-370m L4096 on h200 lazy: 11.2 s at 4, 10.6 s at 16).
 REFINE_BATCH = 16
 
 
 def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH,
-           limits: dict[tuple[str, ...], float] | None = None) -> list[float]:
+           limits: dict[tuple[str, ...], float] | None = None) -> None:
     """Replace the inexact candidates among ``picked`` by their searched cost (or drop those no tiling fits), and
-    with them the ``batch`` inexact ones of least bound per Einsum (the next a solve would pick). ``limits``: per
-    group, the most its objective may be for some optimal cover to hold it (:func:`~mambalaya.mapper.
-    prune_by_covers`); its search stops once it proves the group dearer, and the group is pruned. Returns, per
-    candidate searched and kept, its cost over its bound: how tight the space's bounds are."""
+    with them ``batch`` more: the first of ``limits`` (cheapest cover first), else those of least bound per
+    Einsum (the next a solve would pick). ``limits``: per group, the most its objective may be for some optimal
+    cover to hold it (:func:`~mambalaya.mapper.prune_by_covers`); its search stops once it proves the group
+    dearer, and the group is pruned."""
     todo = {c.einsums for c in picked if not c.exact}
     if not todo:
-        return []
+        return
     if limits:  # (the groups of the cheapest covers at the bounds: the likeliest in an optimal one)
         todo |= set([g for g in limits if g not in todo][:batch])
     else:
@@ -636,7 +643,7 @@ def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH,
     limits = limits or {}
     coster: Coster = space.coster  # type: ignore[assignment]
     coster.prefetch([c.einsums for c in space.candidates if c.einsums in todo], limits)
-    kept, gaps = [], []
+    kept = []
     for c in space.candidates:
         if c.einsums not in todo:
             kept.append(c)
@@ -646,10 +653,7 @@ def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH,
         if isinstance(ch, Beyond):
             space.pruned.add(c.einsums)
         elif isinstance(ch, Choice):
-            kept.append(new := _candidate(c.einsums, ch))
-            bound = c.cost(space.objective)
-            gaps.append(new.cost(space.objective) / bound if bound > 0 else 1.0)
-        # (a candidate no tiling fits is dropped: that says nothing of how close the bounds are to the costs)
+            kept.append(_candidate(c.einsums, ch))
+        # (a candidate no tiling fits is dropped)
     space.candidates = kept
     space.evaluations = coster.evaluations
-    return gaps
