@@ -93,6 +93,8 @@ class Forms:
     placements: OrderedDict = field(default_factory=OrderedDict)
     members: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> what :func:`_members` finds
     pieces: dict = field(default_factory=dict)  # (einsums, recompute, loop) -> :func:`pieces_of`
+    boxes: dict = field(default_factory=dict)  # a member's output box per axis and loop (:meth:`_Builder._out_axis`)
+    rank_tables: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> :meth:`_Lowering.rank_table`
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -110,6 +112,15 @@ class Forms:
             got = self._fns[key] = extent.AxisFn(axis, ranges, self.extents)
         return got
     _effective: dict[tuple, tuple] = field(default_factory=dict)
+    _reductions: dict[str, tuple] = field(default_factory=dict)
+
+    def reductions(self, einsum: str) -> tuple[tuple[str, str], ...]:
+        """(rank, op) of every reduction in the Einsum's expression, in walk order (every placement asks)."""
+        got = self._reductions.get(einsum)
+        if got is None:
+            got = self._reductions[einsum] = tuple((node.rank, node.op) for node in walk(self.cascade.einsum(einsum).expr)
+                                                   if isinstance(node, Reduce))
+        return got
 
     def full_ranges(self, einsum: str) -> dict[str, Range]:
         """Every rank of the Einsum over its whole extent (do not mutate: shared)."""
@@ -365,48 +376,77 @@ class _Lowering:
         key = {r: (given.index(r) if r in given else len(given) + model.index(r)) for r in wanted}
         return [Loop(r, sizes[r], self.group.tiles[r]) for r in sorted(wanted, key=key.__getitem__)]
 
+    def rank_table(self) -> tuple:
+        """Per live member, how each of its ranks follows the group's loops, from the group's bindings (every
+        placement of the group reads it, so it is kept with the member set): (name, Einsum, per rank (rank, size,
+        its loop's rank or None, the pieces it is the parent of as (their loop, offset, divisor), the pieces of
+        other ranks its loop is as (their parent's loop, offset, divisor, modulus)))."""
+        key = (self.group.einsums, self.group.recompute, self.stored)
+        got = self.forms.rank_tables.get(key)
+        if got is None:
+            bindings = self.model.bindings
+            piece_of: dict[str, list[tuple[str, tuple]]] = {}
+            for b in bindings.values():
+                for child, sig in b.pieces:
+                    seen = piece_of.setdefault(child, [])
+                    if b.loop is not None and (b.loop, sig) not in seen:
+                        seen.append((b.loop, sig))
+            rows = []
+            for name in self.live:
+                e = self.c.einsum(name)
+                ranks = []
+                for r in e.ranks:
+                    b = bindings.get((name, r))
+                    loop = b.loop if b is not None else None
+                    children = tuple((child, off, div) for child, (off, div, mod) in b.pieces if mod is None) \
+                        if loop is not None else ()
+                    parents = tuple((parent, off, div, mod) for parent, (off, div, mod) in piece_of.get(loop, ())) \
+                        if loop is not None else ()
+                    ranks.append((r, self.c.rank_size(r), loop, children, parents))
+                rows.append((name, e, tuple(ranks)))
+            got = self.forms.rank_tables[key] = tuple(rows)
+        return got
+
     def ranges(self, loops: list[Loop]) -> dict[str, _Member]:
         if not loops:  # nothing tiled: every rank over its whole extent
             return {n: _Member(n, self.c.einsum(n), self.forms.full_ranges(n), frozenset()) for n in self.live}
         index = {lp.rank: j for j, lp in enumerate(loops)}
-        bindings = self.model.bindings
-        piece_of: dict[str, list[tuple[str, tuple]]] = {}
-        for b in bindings.values():
-            for child, sig in b.pieces:
-                got = piece_of.setdefault(child, [])
-                if b.loop is not None and (b.loop, sig) not in got:
-                    got.append((b.loop, sig))
         out: dict[str, _Member] = {}
-        for name in self.live:
-            e = self.c.einsum(name)
+        for name, e, table in self.rank_table():
+            full = self.forms.full_ranges(name)
             ranges: dict[str, Range] = {}
-            for r in e.ranks:
-                size = self.c.rank_size(r)
-                b = bindings.get((name, r))
+            for r, size, loop, children, parents in table:
+                if loop is None:
+                    ranges[r] = full[r]
+                    continue
                 related: list[Range] = []
-                if b is not None and b.loop is not None:
-                    if b.loop in index:
-                        related.append(Range(r, size, "tile", index[b.loop]))
-                    for child, (off, div, mod) in b.pieces:
-                        if mod is None and child in index:
-                            related.append(Range(r, size, "parent", index[child], scale=div, offset=off))
-                    for parent, (off, div, mod) in piece_of.get(b.loop, ()):
-                        if parent in index and not (mod is None and div % loops[index[parent]].tile == 0
-                                                    and div > loops[index[parent]].tile):
-                            # (a coarse piece of a finer tile, ``g = h // 4`` under tiles of one head, does not
-                            # follow the loop: the member runs outside it, once for all its tiles)
-                            related.append(Range(r, size, "piece", index[parent], offset=off, divisor=div,
-                                                 modulus=mod))
-                if len({x.loop for x in related}) > 1:
-                    which = ", ".join(sorted({loops[x.loop].rank for x in related if x.loop is not None}))
-                    raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of them")
-                if len({(x.kind, x.scale, x.offset, x.divisor, x.modulus) for x in related}) > 1:
-                    # (Mamba-2's B and C channels of x are both pieces of the groups g, at two offsets: a
-                    # tile of g would compute one of them, and none of the channels before it)
-                    raise ScheduleError(f"{name}'s rank {r} is read as several pieces of the tiles of "
-                                        f"{loops[related[0].loop].rank}: a tile of it would compute one of them; "
-                                        "tile another loop")
-                ranges[r] = related[0] if related else Range(r, size)
+                j = index.get(loop)
+                if j is not None:
+                    related.append(Range(r, size, "tile", j))
+                for child, off, div in children:
+                    j = index.get(child)
+                    if j is not None:
+                        related.append(Range(r, size, "parent", j, scale=div, offset=off))
+                for parent, off, div, mod in parents:
+                    j = index.get(parent)
+                    if j is not None and not (mod is None and div % loops[j].tile == 0 and div > loops[j].tile):
+                        # (a coarse piece of a finer tile, ``g = h // 4`` under tiles of one head, does not
+                        # follow the loop: the member runs outside it, once for all its tiles)
+                        related.append(Range(r, size, "piece", j, offset=off, divisor=div, modulus=mod))
+                if not related:
+                    ranges[r] = full[r]
+                    continue
+                if len(related) > 1:
+                    if len({x.loop for x in related}) > 1:
+                        which = ", ".join(sorted({loops[x.loop].rank for x in related if x.loop is not None}))
+                        raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of them")
+                    if len({(x.kind, x.scale, x.offset, x.divisor, x.modulus) for x in related}) > 1:
+                        # (Mamba-2's B and C channels of x are both pieces of the groups g, at two offsets: a
+                        # tile of g would compute one of them, and none of the channels before it)
+                        raise ScheduleError(f"{name}'s rank {r} is read as several pieces of the tiles of "
+                                            f"{loops[related[0].loop].rank}: a tile of it would compute one of them; "
+                                            "tile another loop")
+                ranges[r] = related[0]
             out[name] = _Member(name, e, ranges, frozenset(x.loop for x in ranges.values() if x.loop is not None))
         for m in out.values():
             m.ranges = dict(m.ranges)
@@ -446,10 +486,10 @@ class _Lowering:
 
     def _check_tiling(self, m: _Member, loops: list[Loop]) -> None:
         e = m.einsum
-        for node in walk(e.expr):
-            if isinstance(node, Reduce) and node.op == "cumsum" and m.ranges[node.rank].loop is not None:
-                raise ScheduleError(f"{m.name} is a prefix sum along {node.rank}: its loop "
-                                    f"{loops[m.ranges[node.rank].loop].rank} cannot be tiled")
+        for rank, op in self.forms.reductions(m.name):
+            if op == "cumsum" and m.ranges[rank].loop is not None:
+                raise ScheduleError(f"{m.name} is a prefix sum along {rank}: its loop "
+                                    f"{loops[m.ranges[rank].loop].rank} cannot be tiled")
         for r, x in m.ranges.items():
             if x.kind == "piece":
                 tile, lp = loops[x.loop].tile, loops[x.loop].rank
@@ -466,9 +506,9 @@ class _Lowering:
             raise ScheduleError(f"{m.name} reduces ranks of two tiled loops: tile one of {', '.join(reduced)}")
         if e.recurrence is not None:
             raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} inside a recurrence")
-        for node in walk(e.expr):
-            if isinstance(node, Reduce) and node.op != "sum" and node.rank in reduced:
-                raise ScheduleError(f"{m.name}: a {node.op} over the tiled rank {node.rank} (only sums accumulate)")
+        for rank, op in self.forms.reductions(m.name):
+            if op != "sum" and rank in reduced:
+                raise ScheduleError(f"{m.name}: a {op} over the tiled rank {rank} (only sums accumulate)")
         for _, term, summed in e.terms():
             if not set(reduced) <= set(summed) and not _reduces_all(term, set(reduced)):
                 raise ScheduleError(f"{m.name} reduces the tiled rank(s) {', '.join(reduced)} in only some of its "
@@ -894,9 +934,13 @@ class _Builder:
         got = self.fns.get((m.name, pos))
         if got is None:
             r = m.einsum.out_ranks[pos]
-            x = m.ranges[r]
-            got = self.fns[(m.name, pos)] = AxisBox(self.c.rank_size(r), ((IndexForm(0, (Term(1, r),)), m.name),),
-                                                    frozenset({x.loop}) if x.loop is not None else frozenset())
+            loop = m.ranges[r].loop
+            key = ("out", m.name, pos, loop)  # (the same box in every placement where it follows that loop)
+            got = self.forms.boxes.get(key)
+            if got is None:
+                got = self.forms.boxes[key] = AxisBox(self.c.rank_size(r), ((IndexForm(0, (Term(1, r),)), m.name),),
+                                                      frozenset({loop}) if loop is not None else frozenset())
+            self.fns[(m.name, pos)] = got
         return got
 
     # -- internal buffers --
