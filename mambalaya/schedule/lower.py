@@ -35,6 +35,7 @@ what cannot be lowered raises :class:`ScheduleError` with the reason.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -94,7 +95,9 @@ class Forms:
     members: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> what :func:`_members` finds
     pieces: dict = field(default_factory=dict)  # (einsums, recompute, loop) -> :func:`pieces_of`
     boxes: dict = field(default_factory=dict)  # a member's output box per axis and loop (:meth:`_Builder._out_axis`)
-    rank_tables: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> :meth:`_Lowering.rank_table`
+    rank_tables: dict = field(default_factory=dict)
+    #: per member set, step 1's verdict on one or two tiled loops alone (:meth:`_Lowering._refused_part`)
+    refused_parts: OrderedDict = field(default_factory=OrderedDict)  # (einsums, recompute, stored) -> :meth:`_Lowering.rank_table`
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -354,7 +357,7 @@ class _Lowering:
         self.index = index
         self.stored = stored
         self.notes: list[str] = []
-        key = (group.einsums, group.recompute, stored)
+        key = self.lowering_key = (group.einsums, group.recompute, stored)
         got = forms.members.get(key)
         if got is None:
             got = forms.members[key] = _members(cascade, group, forms, stored)
@@ -381,7 +384,7 @@ class _Lowering:
         placement of the group reads it, so it is kept with the member set): (name, Einsum, per rank (rank, size,
         its loop's rank or None, the pieces it is the parent of as (their loop, offset, divisor), the pieces of
         other ranks its loop is as (their parent's loop, offset, divisor, modulus)))."""
-        key = (self.group.einsums, self.group.recompute, self.stored)
+        key = self.lowering_key
         got = self.forms.rank_tables.get(key)
         if got is None:
             bindings = self.model.bindings
@@ -748,8 +751,9 @@ class _Lowering:
         cache = self.forms.placements
         got = cache.get(key)
         if got is None:
+            why = self._refused_part(loops)
             try:
-                got = self._place(loops, grid)
+                got = _Refused(why) if why is not None else self._place(loops, grid)
             except ScheduleError as err:  # (refused by which loops are tiled, not by their sizes: kept too)
                 got = _Refused(str(err))
             cache[key] = got
@@ -767,6 +771,31 @@ class _Lowering:
         self.plans = got.plans
         self.own = got.own
         return [lp for lp in loops if lp.rank in got.ranks], got.ms, got.tree, got.wins
+
+    def _refused_part(self, loops: list[Loop]) -> str | None:
+        """Why step 1 (:meth:`ranges`) refuses one or two of these loops tiled on their own, or None. Its refusals
+        only grow with the tiled loops: each test is on one rank's ranges, and a rank that follows a loop still
+        follows it (or follows two, refused) when more are tiled; so a part's refusal refuses every placement
+        holding it at the same tile classes. Kept per member set: most placements a tile search asks for are
+        refused by a pair (a rank following two tiled loops, a mean over a tiled rank)."""
+        if len(loops) < 2:
+            return None
+        memo = self.forms.refused_parts.get(self.lowering_key)
+        if memo is None:
+            memo = self.forms.refused_parts[self.lowering_key] = {}
+            if len(self.forms.refused_parts) > PLACEMENTS_MAX:
+                self.forms.refused_parts.popitem(last=False)
+        for part in itertools.chain(((lp,) for lp in loops), itertools.combinations(loops, 2)):
+            key = tuple((lp.rank, piece_class(self.pieces(lp.rank), lp.rank, lp.tile)) for lp in part)
+            if key not in memo:
+                try:
+                    self.ranges(list(part))
+                    memo[key] = None
+                except ScheduleError as err:
+                    memo[key] = str(err)
+            if memo[key] is not None:
+                return memo[key]
+        return None
 
     def _place(self, loops: list[Loop], grid: int) -> _Placed:
         self.notes = []

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mambalaya.ir.mapping import FusionGroup, Mapping
 from mambalaya.parse import open_cascade
 from mambalaya.schedule import Lowerer, Policy, ScheduleError, lower_mapping
+from mambalaya.schedule.lower import _Lowering
 
 FRONT = ("XBC0", "DT0", "XBC1", "XBC", "DT", "A", "DA", "XDT", "CSF")
 
@@ -89,7 +90,7 @@ def tiled_groups(draw):
     cg = an.analyze(list(members))
     assume(cg.legal)
     tileable = [r.name for r in cg.loops.ranks if r.tiled and c.rank_size(r.name) > 1]
-    tiled = draw(st.lists(st.sampled_from(tileable), unique=True, max_size=3)) if tileable else []
+    tiled = draw(st.lists(st.sampled_from(tileable), unique=True, max_size=4)) if tileable else []
     # (mostly the sizes a mapper admits, divisors and powers of two, which align with a rank's pieces)
     sizes = [{r: draw(st.one_of(st.sampled_from(admitted(c.rank_size(r))), st.integers(1, c.rank_size(r) - 1)))
               for r in tiled} for _ in range(2)]
@@ -113,6 +114,28 @@ def test_a_placement_shared_by_tilings_lowers_what_a_fresh_lowering_does(case, g
 
     lowered(WARM[name], before)  # (the same loops at other tiles, placed first)
     assert lowered(WARM[name], group) == lowered(Lowerer(PLACED[name]), group)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=tiled_groups(), gpu=st.booleans())
+def test_a_placement_refused_for_a_part_of_its_loops_is_refused_whole(case, gpu) -> None:
+    """A placement is refused unplaced when one or two of its tiled loops alone are (at the same tile classes):
+    the refusals of step 1 only grow with the tiled loops. Whatever the parts say, a group lowers (or is refused)
+    exactly as when every placement is worked out in full."""
+    name, group, before, stored = case
+    policy = Policy(gpu=gpu)
+
+    def lowered(lw: Lowerer, g: FusionGroup):
+        try:
+            return lw.group(g, stored, policy, 0, None)
+        except ScheduleError:
+            return "refused"
+
+    lowered(WARM[name], before)  # (parts judged at other tiles first)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_Lowering, "_refused_part", lambda self, loops: None)
+        whole = lowered(Lowerer(PLACED[name]), group)
+    assert lowered(WARM[name], group) == whole
 
 
 def test_a_placement_is_not_shared_with_a_tile_its_pieces_refuse() -> None:
