@@ -208,15 +208,28 @@ def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
     reads in place write and read back (:func:`least_staged_loads`). Tiles only add executions (each computes no
     fewer points in all than the untiled schedule's one), and the point-wise members inlined into their readers
     are the same at every tiling."""
+    computes, loads = least_staged_parts(ctx, untiled)
+    return sum(computes.values()) + sum(loads.values())
+
+
+def least_staged_parts(ctx: CostContext, untiled: GroupSchedule) -> tuple[dict[str, int], dict[str, int]]:
+    """:func:`least_staged_bytes` by part: per member, what its compute stages at least (each program that runs
+    it whole stages that again), and per loaded tensor, what its loads stage at least (each program that loads
+    it whole, again)."""
     if ctx.arch.staging_bandwidth <= 0:
-        return 0
+        return {}, {}
     members = frozenset(untiled.members)  # (untiled, nothing accumulates across a loop: 2 accesses an element)
-    return sum(_compute_staged(ctx, s, untiled) for s, _ in untiled.statements() if isinstance(s, Compute)
-               and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members)) + \
-        least_staged_loads(ctx, untiled)
+    computes = {s.einsum: _compute_staged(ctx, s, untiled) for s, _ in untiled.statements() if isinstance(s, Compute)
+                and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members)}
+    return computes, _least_staged_loads(ctx, untiled)
 
 
 def least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> int:
+    """What every tiling's loads stage at least (:func:`_least_staged_loads`, summed)."""
+    return sum(_least_staged_loads(ctx, untiled).values())
+
+
+def _least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> dict[str, int]:
     """What every tiling's loads stage at least: per tensor the group loads, 2 accesses an element of the largest
     footprint of its reads that no tiling reads in place. Such a read goes through an inlined producer, or its
     member's own test refuses a direct load (:func:`~mambalaya.schedule.registers.may_read_in_place`: a reduction,
@@ -247,7 +260,7 @@ def least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> int:
                 lo, hi = f.interval({r: (0, sizes[r] - 1) for r in f.ranks})
                 n *= max(0, min(hi, dim - 1) - max(lo, 0) + 1)
             least[er.tensor] = max(least.get(er.tensor, 0), n)
-    return sum(2 * n * c.tensors[t].element_bytes for t, n in least.items())
+    return {t: 2 * n * c.tensors[t].element_bytes for t, n in least.items()}
 
 
 def member_ops(ctx: CostContext, sched: GroupSchedule) -> dict[str, list[OpCount]]:

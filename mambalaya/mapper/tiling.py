@@ -32,7 +32,7 @@ from sympy import divisors
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import memory_seconds, staging_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
-from mambalaya.cost.price import least_staged_bytes
+from mambalaya.cost.price import least_staged_parts
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import GridShape, Load, ScheduleError, extent, piece_class
@@ -169,6 +169,7 @@ class _Search:
         self._pieces: dict[str, tuple] = {}  # per loop, the pieces of its rank (tile_class)
         self._grids: dict[tuple, GridShape | None] = {}  # shape() by tiled loops and their tiles' classes
         self._dense: dict[str, int] = {}  # per operand, the bytes the untiled schedule loads of it densely (bound())
+        self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})  # what each member, operand stages at least (bound())
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -323,7 +324,8 @@ class _Search:
         # every recurrence walks all steps of its rank in some program, one after another, at least one block each
         chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
                     if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
-        staging = staging_seconds(self.ctx.arch, least_staged_bytes(self.ctx, sched))
+        self._staged = least_staged_parts(self.ctx, sched)
+        staging = staging_seconds(self.ctx.arch, sum(self._staged[0].values()) + sum(self._staged[1].values()))
         return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=staging,
                        chain_s=min(chain, got.chain_s),
                        latency_s=max((max(got.compute_s, memory) + staging) / frac, min(chain, got.chain_s)) + got.overhead_s)
@@ -402,20 +404,31 @@ class _Search:
             if shape is None:
                 return math.inf
             frac = min(1.0, min(self.trips(shape.loops, tiles), self.widest_grid(tiles)) / slots)
-            compute, memory = self.repeated(shape, tiles, lb)
+            compute, memory, staging = self.repeated(shape, tiles, lb)
+            return max((max(compute, memory) + staging) / frac, lb.chain_s) + lb.overhead_s
         return max((max(compute, memory) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
-    def repeated(self, shape: GridShape, tiles: dict[str, int], lb: GroupCost) -> tuple[float, float]:
-        """(compute, memory seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs along
-        the grid's certain loops repeat: a member that does not iterate one runs in each of its programs (the cost
-        model charges its ops per program), and an operand none of whose reads moves with one is loaded whole by
-        each (programs share nothing on chip); so its dense bytes (:meth:`bound`) count once per program more."""
-        compute = lb.compute_s
+    def repeated(self, shape: GridShape, tiles: dict[str, int], lb: GroupCost) -> tuple[float, float, float]:
+        """(compute, memory, staging seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs
+        along the grid's certain loops repeat: a member that does not iterate one runs in each of its programs (the
+        cost model charges its ops per program, and it stages its output in each), and an operand none of whose
+        reads moves with one is loaded whole by each (programs share nothing on chip); so its dense bytes and what
+        it stages at least (:meth:`bound`) count once per program more."""
+        compute, staged = lb.compute_s, 0
+        computes, loads = self._staged
         for name, loops in shape.replicas:
             if loops:
-                compute += self.ctx.compute_s(name) * (self.trips(loops, tiles) - 1)
-        extra = sum(self._dense.get(t, 0) * (self.trips(loops, tiles) - 1) for t, loops in shape.rereads if loops)
-        return compute, (memory_seconds(self.ctx.arch, lb.traffic_bytes + extra) if extra else lb.memory_s)
+                n = self.trips(loops, tiles) - 1
+                compute += self.ctx.compute_s(name) * n
+                staged += computes.get(name, 0) * n
+        extra = 0
+        for t, loops in shape.rereads:
+            if loops:
+                n = self.trips(loops, tiles) - 1
+                extra += self._dense.get(t, 0) * n
+                staged += loads.get(t, 0) * n
+        memory = memory_seconds(self.ctx.arch, lb.traffic_bytes + extra) if extra else lb.memory_s
+        return compute, memory, lb.staging_s + staging_seconds(self.ctx.arch, staged)
 
     def hopeless(self, tiles: dict[str, int], best: GroupCost, exact_grid: bool = True) -> bool:
         """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`),
