@@ -17,6 +17,7 @@ from mambalaya.cost.ops import OpCount, einsum_ops
 from mambalaya.ir.cascade import Cascade
 from mambalaya.ir.mapping import FusionGroup
 from mambalaya.schedule import GridShape, GroupSchedule, Lowerer, check_capacity, policy_of
+from mambalaya.schedule.compute import dot_plans
 
 
 @dataclass
@@ -30,6 +31,7 @@ class CostContext:
     _ops: dict[str, tuple[OpCount, ...]] = field(default_factory=dict, repr=False)
     _compute: dict[str, float] = field(default_factory=dict, repr=False)
     _stored: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict, repr=False)
+    _sides: dict[str, tuple] = field(default_factory=dict, repr=False)
     #: a group's tile search by (members, objective, stored): the baselines, the mapper and its report ask again
     tilings: dict[tuple, object] = field(default_factory=dict, repr=False)
 
@@ -50,6 +52,15 @@ class CostContext:
         got = self._compute.get(einsum)
         if got is None:
             got = self._compute[einsum] = compute_seconds(self.arch, list(self.ops(einsum)))
+        return got
+
+    def matrix_sides(self, einsum: str) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """Per summed term with a matrix-unit plan (:func:`~mambalaya.schedule.compute.dot_plans`), its M, N and K
+        ranks (every tiling the mapper prices asks)."""
+        got = self._sides.get(einsum)
+        if got is None:
+            got = self._sides[einsum] = tuple((p.m, p.n, p.k) for p in dot_plans(self.cascade, self.cascade.einsum(einsum))
+                                              if p is not None)
         return got
 
     def stored_alone(self, einsums: tuple[str, ...]) -> frozenset[str]:

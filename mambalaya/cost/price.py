@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.ops import OpCount
 from mambalaya.schedule import Compute, GroupSchedule, Load, Store, extent
-from mambalaya.schedule.compute import dot_plans
 from mambalaya.schedule.registers import may_read_in_place, may_run_in_registers, read_in_place, register_loops
 
 
@@ -115,28 +114,30 @@ def matrix_waste(ctx: CostContext, sched: GroupSchedule) -> dict[str, float]:
     padded to ``need``, so the unit does ``need / x`` times the work on it, per side (M, N and K of the
     member's contraction plan, :func:`~mambalaya.schedule.compute.dot_plans`, at this schedule's ranges); 1
     where no side is short. A member with several summed terms takes its worst plan's."""
-    need = ctx.arch.matrix_min
     out: dict[str, float] = {}
-    if need <= 1:
+    if ctx.arch.matrix_min <= 1:
         return out
     for s, _ in sched.statements():
         if not isinstance(s, Compute):
             continue
-        e = ctx.cascade.einsum(s.einsum)
-        length = {r.rank: extent.range_length(r, sched.loops) for r in s.ranges}
-        worst = 1.0
-        for plan in dot_plans(ctx.cascade, e):
-            if plan is None:
-                continue
-            w = 1.0
-            for side in (plan.m, plan.n, plan.k):
-                x = math.prod(length.get(r, 1) for r in side)
-                if 0 < x < need:
-                    w *= need / x
-            worst = max(worst, w)
+        worst = member_waste(ctx, s.einsum, {r.rank: extent.range_length(r, sched.loops) for r in s.ranges})
         if worst > 1:
             out[s.einsum] = worst
     return out
+
+
+def member_waste(ctx: CostContext, einsum: str, length: dict[str, int]) -> float:
+    """:func:`matrix_waste` of one member whose ranges span ``length`` indices per rank an execution."""
+    need = ctx.arch.matrix_min
+    worst = 1.0
+    for sides in ctx.matrix_sides(einsum):
+        w = 1.0
+        for side in sides:
+            x = math.prod(length.get(r, 1) for r in side)
+            if 0 < x < need:
+                w *= need / x
+        worst = max(worst, w)
+    return worst
 
 
 def sector_bytes(ctx: CostContext, sched: GroupSchedule) -> int:
@@ -323,5 +324,5 @@ def chain_statements(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "least_staged_loads", "matrix_waste", "member_ops",
+__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "least_staged_loads", "least_staged_parts", "matrix_waste", "member_ops", "member_waste",
            "sector_bytes", "staged_bytes", "traffic_rows"]

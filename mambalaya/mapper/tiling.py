@@ -30,12 +30,12 @@ from functools import cache
 from sympy import divisors
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.latency import memory_seconds, staging_seconds
+from mambalaya.cost.latency import compute_seconds, memory_seconds, staging_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
-from mambalaya.cost.price import least_staged_parts
+from mambalaya.cost.price import least_staged_parts, matrix_waste, member_waste
 from mambalaya.errors import MambalayaError
 from mambalaya.ir.mapping import FusionGroup
-from mambalaya.schedule import GridShape, Load, ScheduleError, extent, piece_class
+from mambalaya.schedule import GridShape, Load, Loop, ScheduleError, extent, piece_class
 
 Score = tuple[float, float]
 #: Up to this multiple of the capacity, a least tiling the quick occupancy refuses is lowered to decide (the quick
@@ -170,6 +170,8 @@ class _Search:
         self._grids: dict[tuple, GridShape | None] = {}  # shape() by tiled loops and their tiles' classes
         self._dense: dict[str, int] = {}  # per operand, the bytes the untiled schedule loads of it densely (bound())
         self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})  # what each member, operand stages at least (bound())
+        self._waste: dict[str, float] = {}  # each member's matrix-unit waste untiled (bound())
+        self._matrix_s: dict[str, float] = {}  # each member's matrix-unit seconds, without waste
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -325,6 +327,7 @@ class _Search:
         chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
                     if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
         self._staged = least_staged_parts(self.ctx, sched)
+        self._waste = matrix_waste(self.ctx, sched)
         staging = staging_seconds(self.ctx.arch, sum(self._staged[0].values()) + sum(self._staged[1].values()))
         return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=staging,
                        chain_s=min(chain, got.chain_s),
@@ -416,6 +419,15 @@ class _Search:
         it stages at least (:meth:`bound`) count once per program more."""
         compute, staged = lb.compute_s, 0
         computes, loads = self._staged
+        if self.ctx.arch.matrix_min > 1 and shape.ranges:  # a member's matrix ops wasted on tiles shorter than the
+            # unit's least: its ops cost w times, and the bound's cost them w0 times untiled (w >= w0: tiles only
+            # shorten ranges); each replica costs at least once more (ops w R >= ops (w + R - 1))
+            loops = tuple(Loop(r, self.ctx.cascade.rank_size(r), tiles.get(r, self.ctx.cascade.rank_size(r)))
+                          for r in shape.placed)
+            for name, ranges in shape.ranges:
+                w = member_waste(self.ctx, name, {x.rank: extent.range_length(x, loops) for x in ranges})
+                if w > self._waste.get(name, 1.0):
+                    compute += self.matrix_seconds(name) * (w - self._waste.get(name, 1.0))
         for name, loops in shape.replicas:
             if loops:
                 n = self.trips(loops, tiles) - 1
@@ -429,6 +441,13 @@ class _Search:
                 staged += loads.get(t, 0) * n
         memory = memory_seconds(self.ctx.arch, lb.traffic_bytes + extra) if extra else lb.memory_s
         return compute, memory, lb.staging_s + staging_seconds(self.ctx.arch, staged)
+
+    def matrix_seconds(self, einsum: str) -> float:
+        """Seconds of the member's matrix-unit ops, once each (no waste)."""
+        got = self._matrix_s.get(einsum)
+        if got is None:
+            got = self._matrix_s[einsum] = compute_seconds(self.ctx.arch, [o for o in self.ctx.ops(einsum) if o.matrix])
+        return got
 
     def hopeless(self, tiles: dict[str, int], best: GroupCost, exact_grid: bool = True) -> bool:
         """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`),

@@ -248,6 +248,9 @@ class GridShape:
     # every program along them
     rereads: tuple[tuple[str, tuple[str, ...]], ...]  # per operand read off chip, the certain loops none of its reads
     # moves with: every program along them loads what it reads
+    placed: tuple[str, ...] = ()  # the placement's loops (what a range's ``loop`` indexes)
+    ranges: tuple[tuple[str, tuple[Range, ...]], ...] = ()  # per member computed on its own, its ranges (how many
+    # indices of each rank an execution spans: its matrix unit's waste, :func:`~mambalaya.cost.price.member_waste`)
 
 
 @dataclass(frozen=True)
@@ -740,7 +743,10 @@ class _Lowering:
                     moves.setdefault(acc.tensor, set()).update(
                         ranges[r].loop for f in forms for r in f.ranks if ranges[r].loop is not None)
         rereads = tuple((t, tuple(loops[j].rank for j in range(certain) if j not in mv)) for t, mv in moves.items())
-        return GridShape(tuple(lp.rank for lp in loops[:n]), certain, tuple(replicas), rereads)
+        absorbed = {c for cs in self.scans.values() for c in cs}  # (computed inside their recurrence's statement)
+        ranges = tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items() if n not in absorbed)
+        return GridShape(tuple(lp.rank for lp in loops[:n]), certain, tuple(replicas), rereads,
+                         tuple(lp.rank for lp in loops), ranges)
 
     def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
         """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
