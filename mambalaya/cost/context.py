@@ -59,8 +59,8 @@ class CostContext:
         ranks (every tiling the mapper prices asks)."""
         got = self._sides.get(einsum)
         if got is None:
-            got = self._sides[einsum] = tuple((p.m, p.n, p.k) for p in dot_plans(self.cascade, self.cascade.einsum(einsum))
-                                              if p is not None)
+            plans = dot_plans(self.cascade, self.cascade.einsum(einsum))
+            got = self._sides[einsum] = tuple((p.m, p.n, p.k) for p in plans if p is not None)
         return got
 
     def stored_alone(self, einsums: tuple[str, ...]) -> frozenset[str]:

@@ -206,7 +206,7 @@ def least_staged_bytes(ctx: CostContext, untiled: GroupSchedule) -> int:
     """A lower bound on :func:`staged_bytes` at every tiling of the group ``untiled`` is the untiled schedule of:
     what its computes write and read back (2 accesses an element), but for members some tiling may keep in
     registers (:func:`~mambalaya.schedule.registers.may_run_in_registers`), and what its loads that no tiling
-    reads in place write and read back (:func:`least_staged_loads`). Tiles only add executions (each computes no
+    reads in place write and read back (:func:`_least_staged_loads`). Tiles only add executions (each computes no
     fewer points in all than the untiled schedule's one), and the point-wise members inlined into their readers
     are the same at every tiling."""
     computes, loads = least_staged_parts(ctx, untiled)
@@ -220,18 +220,15 @@ def least_staged_parts(ctx: CostContext, untiled: GroupSchedule) -> tuple[dict[s
     if ctx.arch.staging_bandwidth <= 0:
         return {}, {}
     members = frozenset(untiled.members)  # (untiled, nothing accumulates across a loop: 2 accesses an element)
-    computes = {s.einsum: _compute_staged(ctx, s, untiled) for s, _ in untiled.statements() if isinstance(s, Compute)
-                and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members)}
+    computes: dict[str, int] = {}
+    for s, _ in untiled.statements():
+        if isinstance(s, Compute) and not may_run_in_registers(ctx.cascade, ctx.cascade.einsum(s.einsum), members):
+            computes[s.einsum] = computes.get(s.einsum, 0) + _compute_staged(ctx, s, untiled)
     return computes, _least_staged_loads(ctx, untiled)
 
 
-def least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> int:
-    """What every tiling's loads stage at least (:func:`_least_staged_loads`, summed)."""
-    return sum(_least_staged_loads(ctx, untiled).values())
-
-
 def _least_staged_loads(ctx: CostContext, untiled: GroupSchedule) -> dict[str, int]:
-    """What every tiling's loads stage at least: per tensor the group loads, 2 accesses an element of the largest
+    """What every tiling's loads stage at least, per tensor the group loads: 2 accesses an element of the largest
     footprint of its reads that no tiling reads in place. Such a read goes through an inlined producer, or its
     member's own test refuses a direct load (:func:`~mambalaya.schedule.registers.may_read_in_place`: a reduction,
     a recurrence, a mask, an access read more than once or not plainly), and the member can never be a register
@@ -324,5 +321,6 @@ def chain_statements(ctx: CostContext, sched: GroupSchedule) -> int:
     return total
 
 
-__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "least_staged_loads", "least_staged_parts", "matrix_waste", "member_ops", "member_waste",
+__all__ = ["Traffic", "TrafficRow", "chain_statements", "chain_steps", "least_staged_bytes", "least_staged_parts",
+           "matrix_waste", "member_ops", "member_waste",
            "sector_bytes", "staged_bytes", "traffic_rows"]

@@ -169,7 +169,8 @@ class _Search:
         self._pieces: dict[str, tuple] = {}  # per loop, the pieces of its rank (tile_class)
         self._grids: dict[tuple, GridShape | None] = {}  # shape() by tiled loops and their tiles' classes
         self._dense: dict[str, int] = {}  # per operand, the bytes the untiled schedule loads of it densely (bound())
-        self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})  # what each member, operand stages at least (bound())
+        #: what each member and each operand stages at least (bound())
+        self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._waste: dict[str, float] = {}  # each member's matrix-unit waste untiled (bound())
         self._matrix_s: dict[str, float] = {}  # each member's matrix-unit seconds, without waste
 
@@ -318,6 +319,8 @@ class _Search:
         got = group_costs(self.ctx, sched)[0]
         traffic = got.traffic_bytes - sparse
         memory = memory_seconds(self.ctx.arch, traffic)
+        self._staged = least_staged_parts(self.ctx, sched)  # (what repeated() scales by a grid's trips)
+        self._waste = matrix_waste(self.ctx, sched)
         slots = self.ctx.arch.program_slots
         if not slots:
             return replace(got, traffic_bytes=traffic, memory_s=memory, staging_s=0.0,
@@ -326,12 +329,11 @@ class _Search:
         # every recurrence walks all steps of its rank in some program, one after another, at least one block each
         chain = sum(self.ctx.cascade.rank_size(rec.rank) for e in self.einsums
                     if (rec := self.ctx.cascade.einsum(e).recurrence) is not None) * self.ctx.arch.recurrence_step_s
-        self._staged = least_staged_parts(self.ctx, sched)
-        self._waste = matrix_waste(self.ctx, sched)
         staging = staging_seconds(self.ctx.arch, sum(self._staged[0].values()) + sum(self._staged[1].values()))
         return replace(got, traffic_bytes=traffic, memory_s=memory, parallel_fraction=frac, staging_s=staging,
                        chain_s=min(chain, got.chain_s),
-                       latency_s=max((max(got.compute_s, memory) + staging) / frac, min(chain, got.chain_s)) + got.overhead_s)
+                       latency_s=max((max(got.compute_s, memory) + staging) / frac, min(chain, got.chain_s))
+                       + got.overhead_s)
 
     def widest_grid(self, tiles: dict[str, int] | None = None) -> int:
         """An upper bound on the programs of a tiling's grid (of any tiling's, without ``tiles``). A GPU's grid is the
@@ -417,11 +419,13 @@ class _Search:
         cost model charges its ops per program, and it stages its output in each), and an operand none of whose
         reads moves with one is loaded whole by each (programs share nothing on chip); so its dense bytes and what
         it stages at least (:meth:`bound`) count once per program more."""
+        self.bound()  # (its untiled schedule's parts: what the programs repeat is counted from them)
         compute, staged = lb.compute_s, 0
         computes, loads = self._staged
         if self.ctx.arch.matrix_min > 1 and shape.ranges:  # a member's matrix ops wasted on tiles shorter than the
             # unit's least: its ops cost w times, and the bound's cost them w0 times untiled (w >= w0: tiles only
-            # shorten ranges); each replica costs at least once more (ops w R >= ops (w + R - 1))
+            # shorten ranges, and a GPU schedule placed with its grid puts each member at least as deep, so its
+            # ranges are these or shorter); each replica costs at least once more (ops w R >= ops (w + R - 1))
             loops = tuple(Loop(r, self.ctx.cascade.rank_size(r), tiles.get(r, self.ctx.cascade.rank_size(r)))
                           for r in shape.placed)
             for name, ranges in shape.ranges:

@@ -94,10 +94,12 @@ class Forms:
     placements: OrderedDict = field(default_factory=OrderedDict)
     members: dict = field(default_factory=dict)  # (einsums, recompute, stored) -> what :func:`_members` finds
     pieces: dict = field(default_factory=dict)  # (einsums, recompute, loop) -> :func:`pieces_of`
-    boxes: dict = field(default_factory=dict)  # a member's output box per axis and loop (:meth:`_Builder._out_axis`)
-    rank_tables: dict = field(default_factory=dict)
+    #: a member's output box per (member, axis, loop) (:meth:`_Builder._out_axis`)
+    out_boxes: dict[tuple, AxisBox] = field(default_factory=dict)
+    #: (einsums, recompute, stored) -> :meth:`_Lowering.rank_table`
+    rank_tables: dict[tuple, tuple] = field(default_factory=dict)
     #: per member set, step 1's verdict on one or two tiled loops alone (:meth:`_Lowering._refused_part`)
-    refused_parts: OrderedDict = field(default_factory=OrderedDict)  # (einsums, recompute, stored) -> :meth:`_Lowering.rank_table`
+    refused_parts: OrderedDict = field(default_factory=OrderedDict)
 
     def inline(self, members: list[str], candidates: list[str]) -> dict[str, int]:
         """:func:`~.compute.choose_inline`, once per member set (every tiling of a group asks)."""
@@ -121,8 +123,8 @@ class Forms:
         """(rank, op) of every reduction in the Einsum's expression, in walk order (every placement asks)."""
         got = self._reductions.get(einsum)
         if got is None:
-            got = self._reductions[einsum] = tuple((node.rank, node.op) for node in walk(self.cascade.einsum(einsum).expr)
-                                                   if isinstance(node, Reduce))
+            expr = self.cascade.einsum(einsum).expr
+            got = self._reductions[einsum] = tuple((node.rank, node.op) for node in walk(expr) if isinstance(node, Reduce))
         return got
 
     def full_ranges(self, einsum: str) -> dict[str, Range]:
@@ -249,8 +251,8 @@ class GridShape:
     rereads: tuple[tuple[str, tuple[str, ...]], ...]  # per operand read off chip, the certain loops none of its reads
     # moves with: every program along them loads what it reads
     placed: tuple[str, ...] = ()  # the placement's loops (what a range's ``loop`` indexes)
-    ranges: tuple[tuple[str, tuple[Range, ...]], ...] = ()  # per member computed on its own, its ranges (how many
-    # indices of each rank an execution spans: its matrix unit's waste, :func:`~mambalaya.cost.price.member_waste`)
+    ranges: tuple[tuple[str, tuple[Range, ...]], ...] = ()  # per live member, its ranges (how many indices of each
+    # rank an execution spans: its matrix unit's waste, :func:`~mambalaya.cost.price.member_waste`)
 
 
 @dataclass(frozen=True)
@@ -445,7 +447,8 @@ class _Lowering:
                 if len(related) > 1:
                     if len({x.loop for x in related}) > 1:
                         which = ", ".join(sorted({loops[x.loop].rank for x in related if x.loop is not None}))
-                        raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of them")
+                        raise ScheduleError(f"{name}'s rank {r} follows several tiled loops ({which}): tile one of "
+                                            "them")
                     if len({(x.kind, x.scale, x.offset, x.divisor, x.modulus) for x in related}) > 1:
                         # (Mamba-2's B and C channels of x are both pieces of the groups g, at two offsets: a
                         # tile of g would compute one of them, and none of the channels before it)
@@ -743,8 +746,7 @@ class _Lowering:
                     moves.setdefault(acc.tensor, set()).update(
                         ranges[r].loop for f in forms for r in f.ranks if ranges[r].loop is not None)
         rereads = tuple((t, tuple(loops[j].rank for j in range(certain) if j not in mv)) for t, mv in moves.items())
-        absorbed = {c for cs in self.scans.values() for c in cs}  # (computed inside their recurrence's statement)
-        ranges = tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items() if n not in absorbed)
+        ranges = tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items())
         return GridShape(tuple(lp.rank for lp in loops[:n]), certain, tuple(replicas), rereads,
                          tuple(lp.rank for lp in loops), ranges)
 
@@ -780,17 +782,23 @@ class _Lowering:
 
     def _refused_part(self, loops: list[Loop]) -> str | None:
         """Why step 1 (:meth:`ranges`) refuses one or two of these loops tiled on their own, or None. Its refusals
-        only grow with the tiled loops: each test is on one rank's ranges, and a rank that follows a loop still
-        follows it (or follows two, refused) when more are tiled; so a part's refusal refuses every placement
-        holding it at the same tile classes. Kept per member set: most placements a tile search asks for are
+        only grow with the tiled loops: how a rank follows a loop depends on that loop alone (whether it is tiled,
+        its tile's piece class), as does a tail's detaching; so a set holding the part either relates some rank to
+        two loops (refused) or gives the part's ranks the same ranges, and each later test fails as it did (the
+        reduced ranks that follow loops are the same set, when not empty). Dead loops are dropped only after step
+        1 has run on the whole set. So a part's refusal refuses every placement holding it at the same tile
+        classes (with the part's message). Kept per member set: most placements a tile search asks for are
         refused by a pair (a rank following two tiled loops, a mean over a tiled rank)."""
         if len(loops) < 2:
             return None
-        memo = self.forms.refused_parts.get(self.lowering_key)
+        parts = self.forms.refused_parts
+        memo = parts.get(self.lowering_key)
         if memo is None:
-            memo = self.forms.refused_parts[self.lowering_key] = {}
-            if len(self.forms.refused_parts) > PLACEMENTS_MAX:
-                self.forms.refused_parts.popitem(last=False)
+            memo = parts[self.lowering_key] = {}
+            if len(parts) > PLACEMENTS_MAX:
+                parts.popitem(last=False)
+        else:
+            parts.move_to_end(self.lowering_key)
         for part in itertools.chain(((lp,) for lp in loops), itertools.combinations(loops, 2)):
             key = tuple((lp.rank, piece_class(self.pieces(lp.rank), lp.rank, lp.tile)) for lp in part)
             if key not in memo:
@@ -971,9 +979,9 @@ class _Builder:
             r = m.einsum.out_ranks[pos]
             loop = m.ranges[r].loop
             key = ("out", m.name, pos, loop)  # (the same box in every placement where it follows that loop)
-            got = self.forms.boxes.get(key)
+            got = self.forms.out_boxes.get(key)
             if got is None:
-                got = self.forms.boxes[key] = AxisBox(self.c.rank_size(r), ((IndexForm(0, (Term(1, r),)), m.name),),
+                got = self.forms.out_boxes[key] = AxisBox(self.c.rank_size(r), ((IndexForm(0, (Term(1, r),)), m.name),),
                                                       frozenset({loop}) if loop is not None else frozenset())
             self.fns[(m.name, pos)] = got
         return got
