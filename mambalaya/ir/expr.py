@@ -123,7 +123,10 @@ class Compare:
         return f"{_index_str(self.lhs)} {self.op} {_index_str(self.rhs)}"
 
 
+@lru_cache(maxsize=1 << 14)
 def _index_str(ix: sympy.Expr) -> str:
+    """An index as the cascade syntax writes it (kept: sympy prints slowly, and a chain of layers prints each
+    layer's indices again)."""
     return str(ix).replace(" ", "")
 
 
