@@ -393,13 +393,9 @@ def prune_by_covers(space: Space, problem: Problem, cands: list[Candidate],
     Returns, per candidate kept at a bound, cheapest cover first, the most its objective may be (``res`` a unit) for
     some optimal cover to hold it: its bound plus what its cheapest cover leaves below the real one (none where the
     problem is not for the downset walk: conflict rows, too many downsets)."""
-    exact = [i for i, c in enumerate(cands) if c.exact]
-    sub = Problem(problem.einsums, problem.edges, tuple(problem.groups[i] for i in exact),
-                  tuple(problem.costs[i] for i in exact))
-    try:
-        real, _ = cheapest_covers(sub)
-        _, through = cheapest_covers(replace(problem, secondary=()))
-    except MappingError:  # (a search dropped the last searched group of some Einsum, too many downsets, rows)
+    try:  # (the least cover of searched candidates alone: a real cost)
+        real, through = cheapest_covers(replace(problem, secondary=()), [i for i, c in enumerate(cands) if c.exact])
+    except MappingError:  # (too many downsets, rows)
         return {}
     if real is None:
         return {}

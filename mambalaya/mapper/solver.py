@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 import networkx as nx
@@ -514,19 +514,26 @@ def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solut
     return Solution(tuple(reversed(chosen)), obj, True, obj, "downsets", 0, ds.visited, sec)
 
 
-def cheapest_covers(problem: Problem) -> tuple[int | None, list[int | None]]:
-    """The least objective of any schedulable cover, and per candidate the least objective of one that holds it
-    (None: none does). With lower bounds for some costs, a candidate whose figure passes a cover's true cost is in
-    no optimal cover (what the lazy space prunes with). Forward and backward shortest paths over the downsets
-    (:func:`solve_downsets`)."""
+def cheapest_covers(problem: Problem, within: Collection[int] | None = None) -> tuple[int | None, list[int | None]]:
+    """The least objective of any schedulable cover (of the candidates ``within`` alone, when given; None: none
+    is), and per candidate the least objective of any cover that holds it (None: none does). With lower bounds
+    for some costs, a candidate whose figure passes a cover's true cost is in no optimal cover (what the lazy space
+    prunes with; its true costs are ``within``). Forward and backward shortest paths over the downsets
+    (:func:`solve_downsets`), one walk for both."""
     ds = _Downsets(problem)
     steps = list(ds.walk())
     fwd = {0: 0}
+    only = None if within is None else set(within)
+    fwd_only = {0: 0}
     for d, i in steps:
         c = fwd[d] + problem.costs[i]
         nd = d | ds.masks[i]
         if c < fwd.get(nd, c + 1):
             fwd[nd] = c
+        if only is not None and i in only and d in fwd_only:
+            c = fwd_only[d] + problem.costs[i]
+            if c < fwd_only.get(nd, c + 1):
+                fwd_only[nd] = c
     back = {ds.full: 0}
     for d, i in reversed(steps):  # (a downset's steps come after every step into it: reversed, after every step out)
         rest = back.get(d | ds.masks[i])
@@ -539,7 +546,7 @@ def cheapest_covers(problem: Problem) -> tuple[int | None, list[int | None]]:
             t = fwd[d] + problem.costs[i] + rest
             if through[i] is None or t < through[i]:
                 through[i] = t
-    return back.get(0), through
+    return (back.get(0) if only is None else fwd_only.get(ds.full)), through
 
 
 @register_solver("ilp")

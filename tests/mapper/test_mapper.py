@@ -156,7 +156,7 @@ def _covers(problem: Problem):
 @given(problem=problems())
 def test_cheapest_covers_through_each_candidate(problem: Problem) -> None:
     """What the lazy space prunes by: per candidate the least objective of a cover holding it, against every
-    cover."""
+    cover; and the least cover of some candidates alone (its searched ones), from the same walk."""
     problem = replace(problem, conflicts=())
     least, through = cheapest_covers(problem)
     covers = list(_covers(problem))
@@ -164,6 +164,9 @@ def test_cheapest_covers_through_each_candidate(problem: Problem) -> None:
     for i in range(len(problem.groups)):
         holding = [sum(problem.costs[j] for j in c) for c in covers if i in c]
         assert through[i] == (min(holding) if holding else None), problem.groups[i]
+    within = set(range(0, len(problem.groups), 2))  # (the lazy space's searched candidates: the cover of them alone)
+    alone = [sum(problem.costs[j] for j in c) for c in covers if set(c) <= within]
+    assert cheapest_covers(problem, within) == ((min(alone) if alone else None), through)
 
 
 def test_downsets_hands_ilp_to_mip_past_its_limit(monkeypatch) -> None:
