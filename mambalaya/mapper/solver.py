@@ -421,13 +421,18 @@ class TooManyDownsets(MappingError):
     """The problem has more downsets than :data:`DOWNSETS_MAX` (``ilp`` then solves it with ``mip``)."""
 
 
+def _walkable(problem: Problem) -> None:
+    """Refuse a problem the downset walk cannot solve (extra rows)."""
+    if problem.budget is not None or problem.conflicts:
+        raise MappingError("method 'downsets' takes no budget or conflict rows: use 'mip'")
+
+
 class _Downsets:
     """A problem's candidates as bit masks over its Einsums, and its downsets walked by size (each reached
     before any step leaves it: a step adds at least one Einsum)."""
 
     def __init__(self, problem: Problem) -> None:
-        if problem.budget is not None or problem.conflicts:
-            raise MappingError("method 'downsets' takes no budget or conflict rows: use 'mip'")
+        _walkable(problem)
         self.problem = problem
         pos = {e: i for i, e in enumerate(problem.einsums)}
         pred = [0] * len(pos)
@@ -482,6 +487,27 @@ class _Downsets:
                     yield d, i
 
 
+#: the last walk (:func:`_walked`): (einsums, edges, groups) of its problem, its downsets, its steps
+_LAST_WALK: list[tuple[tuple, _Downsets, list[tuple[int, int]]]] = []
+
+
+def _walked(problem: Problem, time_limit_s: float | None = None) -> tuple[_Downsets, list[tuple[int, int]]]:
+    """A problem's downsets and every step of their walk (:meth:`_Downsets.walk`), kept for the next problem over
+    the same candidates (the lazy loop solves a problem, then prunes by its cheapest covers: costs differ, the walk
+    does not)."""
+    _walkable(problem)
+    key = (problem.einsums, problem.edges, problem.groups)
+    if _LAST_WALK and all(a is b for a, b in zip(_LAST_WALK[0][0], key, strict=True)):
+        ds = _LAST_WALK[0][1]
+        if ds.visited > DOWNSETS_MAX:  # (the limit holds as if it were walked again)
+            raise TooManyDownsets(f"more than {DOWNSETS_MAX} downsets: use method 'mip'")
+        return ds, _LAST_WALK[0][2]
+    ds = _Downsets(problem)
+    steps = list(ds.walk(time_limit_s))
+    _LAST_WALK[:] = [(key, ds, steps)]
+    return ds, steps
+
+
 @register_solver("downsets")
 def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solution:
     """The lexicographic optimum as a shortest path over downsets, exact.
@@ -494,10 +520,10 @@ def solve_downsets(problem: Problem, time_limit_s: float | None = None) -> Solut
     least (objective, secondary) path is the optimum over exactly the covers ``mip`` and ``exhaustive`` search;
     costs are non-negative integers, compared as pairs. Problems with a budget or conflict rows are not for it.
     """
-    ds = _Downsets(problem)
+    ds, steps = _walked(problem, time_limit_s)
     # best[D] = ((objective, secondary), last candidate, previous downset)
     best: dict[int, tuple[tuple[int, int], int, int]] = {0: ((0, 0), -1, -1)}
-    for d, i in ds.walk(time_limit_s):
+    for d, i in steps:
         (c0, c1), _, _ = best[d]
         nd = d | ds.masks[i]
         cost = (c0 + problem.costs[i], c1 + problem.second(i))
@@ -520,8 +546,7 @@ def cheapest_covers(problem: Problem, within: Collection[int] | None = None) -> 
     for some costs, a candidate whose figure passes a cover's true cost is in no optimal cover (what the lazy space
     prunes with; its true costs are ``within``). Forward and backward shortest paths over the downsets
     (:func:`solve_downsets`), one walk for both."""
-    ds = _Downsets(problem)
-    steps = list(ds.walk())
+    ds, steps = _walked(problem)
     fwd = {0: 0}
     only = None if within is None else set(within)
     fwd_only = {0: 0}

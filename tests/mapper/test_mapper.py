@@ -167,6 +167,10 @@ def test_cheapest_covers_through_each_candidate(problem: Problem) -> None:
     within = set(range(0, len(problem.groups), 2))  # (the lazy space's searched candidates: the cover of them alone)
     alone = [sum(problem.costs[j] for j in c) for c in covers if set(c) <= within]
     assert cheapest_covers(problem, within) == ((min(alone) if alone else None), through)
+    # (a solve walks the downsets once for the covers that follow over the same candidates: their costs are theirs)
+    assert solve(problem, "downsets").objective == least
+    double = replace(problem, costs=tuple(2 * c for c in problem.costs))
+    assert cheapest_covers(double) == (2 * least, [None if t is None else 2 * t for t in through])
 
 
 def test_downsets_hands_ilp_to_mip_past_its_limit(monkeypatch) -> None:
