@@ -31,6 +31,7 @@ class CostContext:
     _ops: dict[str, tuple[OpCount, ...]] = field(default_factory=dict, repr=False)
     _compute: dict[str, float] = field(default_factory=dict, repr=False)
     _stored: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict, repr=False)
+    _matrix: dict[str, float] = field(default_factory=dict, repr=False)
     _sides: dict[str, tuple] = field(default_factory=dict, repr=False)
     #: a group's tile search by (members, objective, stored): the baselines, the mapper and its report ask again
     tilings: dict[tuple, object] = field(default_factory=dict, repr=False)
@@ -52,6 +53,14 @@ class CostContext:
         got = self._compute.get(einsum)
         if got is None:
             got = self._compute[einsum] = compute_seconds(self.arch, list(self.ops(einsum)))
+        return got
+
+    def matrix_s(self, einsum: str) -> float:
+        """Seconds of one Einsum's matrix-unit ops, once each (no waste: :func:`~mambalaya.cost.price.member_waste`
+        multiplies it)."""
+        got = self._matrix.get(einsum)
+        if got is None:
+            got = self._matrix[einsum] = compute_seconds(self.arch, [o for o in self.ops(einsum) if o.matrix])
         return got
 
     def matrix_sides(self, einsum: str) -> tuple[tuple[tuple[str, ...], ...], ...]:

@@ -30,7 +30,7 @@ from functools import cache
 from sympy import divisors
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.latency import compute_seconds, memory_seconds, staging_seconds
+from mambalaya.cost.latency import memory_seconds, staging_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
 from mambalaya.cost.price import least_staged_parts, matrix_waste, member_waste
 from mambalaya.errors import MambalayaError
@@ -172,7 +172,6 @@ class _Search:
         #: what each member and each operand stages at least (bound())
         self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._waste: dict[str, float] = {}  # each member's matrix-unit waste untiled (bound())
-        self._matrix_s: dict[str, float] = {}  # each member's matrix-unit seconds, without waste
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -409,17 +408,18 @@ class _Search:
             if shape is None:
                 return math.inf
             frac = min(1.0, min(self.trips(shape.loops, tiles), self.widest_grid(tiles)) / slots)
-            compute, memory, staging = self.repeated(shape, tiles, lb)
+            compute, memory, staging = self.repeated(shape, tiles)
             return max((max(compute, memory) + staging) / frac, lb.chain_s) + lb.overhead_s
         return max((max(compute, memory) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
-    def repeated(self, shape: GridShape, tiles: dict[str, int], lb: GroupCost) -> tuple[float, float, float]:
+    def repeated(self, shape: GridShape, tiles: dict[str, int]) -> tuple[float, float, float]:
         """(compute, memory, staging seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs
         along the grid's certain loops repeat: a member that does not iterate one runs in each of its programs (the
         cost model charges its ops per program, and it stages its output in each), and an operand none of whose
         reads moves with one is loaded whole by each (programs share nothing on chip); so its dense bytes and what
         it stages at least (:meth:`bound`) count once per program more."""
-        self.bound()  # (its untiled schedule's parts: what the programs repeat is counted from them)
+        lb = self.bound()  # (and its untiled schedule's parts: what the programs repeat is counted from them)
+        assert lb is not None, "a shape's floor needs the group's bound"
         compute, staged = lb.compute_s, 0
         computes, loads = self._staged
         if self.ctx.arch.matrix_min > 1 and shape.ranges:  # a member's matrix ops wasted on tiles shorter than the
@@ -429,9 +429,10 @@ class _Search:
             loops = tuple(Loop(r, self.ctx.cascade.rank_size(r), tiles.get(r, self.ctx.cascade.rank_size(r)))
                           for r in shape.placed)
             for name, ranges in shape.ranges:
-                w = member_waste(self.ctx, name, {x.rank: extent.range_length(x, loops) for x in ranges})
-                if w > self._waste.get(name, 1.0):
-                    compute += self.matrix_seconds(name) * (w - self._waste.get(name, 1.0))
+                more = member_waste(self.ctx, name, {x.rank: extent.range_length(x, loops) for x in ranges}) - \
+                    self._waste.get(name, 1.0)
+                if more > 0:
+                    compute += self.ctx.matrix_s(name) * more
         for name, loops in shape.replicas:
             if loops:
                 n = self.trips(loops, tiles) - 1
@@ -445,13 +446,6 @@ class _Search:
                 staged += loads.get(t, 0) * n
         memory = memory_seconds(self.ctx.arch, lb.traffic_bytes + extra) if extra else lb.memory_s
         return compute, memory, lb.staging_s + staging_seconds(self.ctx.arch, staged)
-
-    def matrix_seconds(self, einsum: str) -> float:
-        """Seconds of the member's matrix-unit ops, once each (no waste)."""
-        got = self._matrix_s.get(einsum)
-        if got is None:
-            got = self._matrix_s[einsum] = compute_seconds(self.ctx.arch, [o for o in self.ctx.ops(einsum) if o.matrix])
-        return got
 
     def hopeless(self, tiles: dict[str, int], best: GroupCost, exact_grid: bool = True) -> bool:
         """Whether no schedule at ``tiles`` can be faster than ``best`` (the latency objective, by :meth:`floor`),

@@ -214,7 +214,7 @@ def _check_grid(ctx, members, tiles_list) -> int:
             assert lb.latency_s <= cost.latency_s * (1 + 1e-12), (members, tiles, lb.latency_s, cost.latency_s)
             assert s.floor(tiles) <= cost.latency_s * (1 + 1e-12), (members, tiles, s.floor(tiles), cost.latency_s)
             # (what the programs repeat: no more than the schedule's)
-            compute, memory, staging = s.repeated(shape, tiles, lb)
+            compute, memory, staging = s.repeated(shape, tiles)
             assert compute <= cost.compute_s * (1 + 1e-12), (members, tiles, shape, compute, cost.compute_s)
             assert memory <= cost.memory_s * (1 + 1e-12), (members, tiles, shape, memory, cost.memory_s)
             assert staging <= cost.staging_s * (1 + 1e-12), (members, tiles, shape, staging, cost.staging_s)
