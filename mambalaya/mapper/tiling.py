@@ -29,6 +29,7 @@ from functools import cache
 
 from sympy import divisors
 
+from mambalaya.cost.bounds import grid_breakers
 from mambalaya.cost.context import CostContext
 from mambalaya.cost.latency import memory_seconds, staging_seconds
 from mambalaya.cost.model import EinsumCost, GroupCost, group_costs
@@ -112,18 +113,6 @@ def tile_options(size: int) -> tuple[int, ...]:
     return tuple(sorted(opts, reverse=True))
 
 
-def grid_breakers(ctx: CostContext, einsums: tuple[str, ...]) -> frozenset[str]:
-    """The ranks whose loops are never in a GPU program grid in a group of ``einsums``: those some member reduces
-    over (its partial sums accumulate across the loop) or scans along (its state carries across it)."""
-    out: set[str] = set()
-    for n in einsums:
-        e = ctx.cascade.einsum(n)
-        out.update(e.reduced_ranks)
-        if e.recurrence is not None:
-            out.add(e.recurrence.rank)
-    return frozenset(out)
-
-
 def search_order(ctx: CostContext, einsums: tuple[str, ...]) -> tuple[str, ...]:
     """The loop order a group's tilings are searched in first: the analysis's, with a recurrence's loop moved
     innermost on an arch with program slots (the loops outside it can then be the program grid)."""
@@ -172,6 +161,7 @@ class _Search:
         #: what each member and each operand stages at least (bound())
         self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._waste: dict[str, float] = {}  # each member's matrix-unit waste untiled (bound())
+        self._never: frozenset[str] | None = None  # never_tiled()
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -340,18 +330,37 @@ class _Search:
         never one (the member accumulates or carries its state across it, or runs after it, which ends the grid:
         :func:`grid_breakers`; tests/mapper/test_tiling.py holds it on random cascades and the default Mamba-2's
         groups). So the grid is at most the trips of the tiled loops before the first
-        tiled such loop; without ``tiles``, every other tileable loop at tiles of one. A grid of P programs keeps at
+        tiled such loop; without ``tiles``, every other tileable loop the schedule may tile (:meth:`never_tiled`)
+        at tiles of one. A grid of P programs keeps at
         most ``min(1, P / slots)`` of the chip busy, so a group that reduces over all but a batch of one cannot be
         priced at the whole chip."""
         n = 1
         for r in self.loops:
             t = self.size[r] if tiles is None else tiles.get(r, self.size[r])
+            if tiles is None and r in self.never_tiled():
+                continue
             if r in self.breakers:
                 if tiles is not None and t < self.size[r]:
                     break
                 continue
             n *= -(-self.size[r] // (1 if tiles is None else t))
         return n
+
+    def never_tiled(self) -> frozenset[str]:
+        """The loops no tiling the schedule accepts tiles: step 1 of the lowering refuses each tiled alone at every
+        tile class its admitted tiles fall in (a norm's mean over a rank that follows the loop, a rank following it
+        and another loop), so every tiling holding it is refused (:meth:`CostContext.refused_alone`)."""
+        if self._never is None:
+            never = set()
+            for r in self.loops:
+                classes: dict[frozenset, int] = {}
+                for t in tile_options(self.size[r]):
+                    classes.setdefault(self.tile_class(r, t), t)
+                if all(self.ctx.refused_alone(FusionGroup(self.einsums, self.order, {r: t}), self.stored) is not None
+                       for t in classes.values()):
+                    never.add(r)
+            self._never = frozenset(never)
+        return self._never
 
     def shape(self, tiles: dict[str, int]) -> GridShape | None:
         """What the placement of the loops ``tiles`` tiles fixes of its program grid (:meth:`CostContext.grid`:

@@ -791,6 +791,15 @@ class _Lowering:
         refused by a pair (a rank following two tiled loops, a mean over a tiled rank)."""
         if len(loops) < 2:
             return None
+        memo = self._part_memo()
+        for part in itertools.chain(((lp,) for lp in loops), itertools.combinations(loops, 2)):
+            why = self.part_refusal(part, memo)
+            if why is not None:
+                return why
+        return None
+
+    def _part_memo(self) -> dict:
+        """The member set's refusals by part (:class:`Forms`, least recently used member sets dropped first)."""
         parts = self.forms.refused_parts
         memo = parts.get(self.lowering_key)
         if memo is None:
@@ -799,17 +808,21 @@ class _Lowering:
                 parts.popitem(last=False)
         else:
             parts.move_to_end(self.lowering_key)
-        for part in itertools.chain(((lp,) for lp in loops), itertools.combinations(loops, 2)):
-            key = tuple((lp.rank, piece_class(self.pieces(lp.rank), lp.rank, lp.tile)) for lp in part)
-            if key not in memo:
-                try:
-                    self.ranges(list(part))
-                    memo[key] = None
-                except ScheduleError as err:
-                    memo[key] = str(err)
-            if memo[key] is not None:
-                return memo[key]
-        return None
+        return memo
+
+    def part_refusal(self, part: tuple[Loop, ...], memo: dict | None = None) -> str | None:
+        """Why step 1 refuses these loops tiled on their own (kept per member set and tile classes), or None: every
+        placement holding them at the same tile classes is refused too (:meth:`_refused_part`)."""
+        if memo is None:
+            memo = self._part_memo()
+        key = tuple((lp.rank, piece_class(self.pieces(lp.rank), lp.rank, lp.tile)) for lp in part)
+        if key not in memo:
+            try:
+                self.ranges(list(part))
+                memo[key] = None
+            except ScheduleError as err:
+                memo[key] = str(err)
+        return memo[key]
 
     def _place(self, loops: list[Loop], grid: int) -> _Placed:
         self.notes = []
@@ -1479,6 +1492,16 @@ def group_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored
     return GridShape((), 0, (), ())
 
 
+def refused_alone(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+                  policy: Policy = SEQUENTIAL) -> str | None:
+    """Why step 1 of the lowering refuses the group's one or two tiled loops on their own, or None: then every
+    tiling that tiles them at tiles of the same :func:`piece_class` es is refused (:meth:`_Lowering._refused_part`)."""
+    lw = _Lowering(cascade, group, model, forms, stored, policy, 0, None)
+    loops = lw.loops()
+    assert 1 <= len(loops) <= 2, "a part is one or two tiled loops"
+    return lw.part_refusal(tuple(loops))
+
+
 def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
                     policy: Policy = SEQUENTIAL) -> tuple[int, int]:
     """(the bytes the group's buffers hold at once at its tiles: the fit test, what :func:`lower_group`'s
@@ -1487,5 +1510,5 @@ def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, s
     return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
 
 
-__all__ = ["SEQUENTIAL", "Forms", "GridShape", "OccupancyForm", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group",
+__all__ = ["SEQUENTIAL", "Forms", "GridShape", "OccupancyForm", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group", "refused_alone",
            "piece_class", "pieces_of"]
