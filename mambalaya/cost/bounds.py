@@ -127,14 +127,20 @@ class ComposedBounds:
 
 
 def grid_breakers(ctx: CostContext, einsums: tuple[str, ...]) -> frozenset[str]:
-    """The ranks whose loops are never in a GPU program grid in a group of ``einsums``: those some member reduces
-    over (its partial sums accumulate across the loop) or scans along (its state carries across it)."""
+    """The loops never in a GPU program grid in a (legal) group of ``einsums``: those a rank some member reduces
+    over (its partial sums accumulate across the loop) or scans along (its state carries across it) follows, as
+    its own loop or as the loop of one of its pieces (``OUT`` summing ``d`` read as ``h*P + p`` accumulates across a
+    tile of ``h`` or of ``p``: the analysis's bindings, :class:`~mambalaya.analysis.groups.Binding`)."""
+    model = ctx.lowerer.model(tuple(einsums))
     out: set[str] = set()
     for n in einsums:
         e = ctx.cascade.einsum(n)
-        out.update(e.reduced_ranks)
-        if e.recurrence is not None:
-            out.add(e.recurrence.rank)
+        ranks = set(e.reduced_ranks) | ({e.recurrence.rank} if e.recurrence is not None else set())
+        out |= ranks
+        for r in ranks:
+            b = model.bindings.get((n, r))
+            if b is not None:
+                out.update(x for x in (b.loop, *(child for child, _ in b.pieces)) if x is not None)
     return frozenset(out)
 
 
