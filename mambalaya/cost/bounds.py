@@ -126,18 +126,19 @@ class ComposedBounds:
         return n
 
 
-def grid_breakers(ctx: CostContext, einsums: tuple[str, ...]) -> frozenset[str]:
+def grid_breakers(ctx: CostContext, einsums: tuple[str, ...], follow: bool = True) -> frozenset[str]:
     """The loops never in a GPU program grid in a (legal) group of ``einsums``: those a rank some member reduces
     over (its partial sums accumulate across the loop) or scans along (its state carries across it) follows, as
     its own loop or as the loop of one of its pieces (``OUT`` summing ``d`` read as ``h*P + p`` accumulates across a
-    tile of ``h`` or of ``p``: the analysis's bindings, :class:`~mambalaya.analysis.groups.Binding`)."""
-    model = ctx.lowerer.model(tuple(einsums))
+    tile of ``h`` or of ``p``: the analysis's bindings, :class:`~mambalaya.analysis.groups.Binding`). Without
+    ``follow``, those ranks' own loops only (no loop model built: the composed bound asks of thousands of groups)."""
+    model = ctx.lowerer.model(tuple(einsums)) if follow else None
     out: set[str] = set()
     for n in einsums:
         e = ctx.cascade.einsum(n)
         ranks = set(e.reduced_ranks) | ({e.recurrence.rank} if e.recurrence is not None else set())
         out |= ranks
-        for r in ranks:
+        for r in ranks if model is not None else ():
             b = model.bindings.get((n, r))
             if b is not None:
                 out.update(x for x in (b.loop, *(child for child, _ in b.pieces)) if x is not None)
@@ -149,7 +150,7 @@ def widest_grid(ctx: CostContext, einsums: tuple[str, ...]) -> int:
     has one trip) and never of a :func:`grid_breakers` loop, so at most every other loop the mapping may tile
     (:meth:`~mambalaya.cost.legality.GroupAnalysis.tileable`) at tiles of one. A grid of P programs keeps at most
     ``min(1, P / slots)`` of the chip busy (:func:`~mambalaya.cost.latency.parallel_fraction`)."""
-    breakers = grid_breakers(ctx, einsums)
+    breakers = grid_breakers(ctx, einsums, follow=False)
     return math.prod(size for r, size in ctx.analysis.tileable(einsums) if r not in breakers)
 
 

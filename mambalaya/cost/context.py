@@ -98,11 +98,11 @@ class CostContext:
         stored = self.stored_alone(group.einsums) if stored is None else stored
         return self.lowerer.grid(group, stored, policy_of(self.arch))
 
-    def refused_alone(self, group: FusionGroup, stored: frozenset[str] | None = None) -> str | None:
-        """Why the schedule refuses the group's one or two tiled loops whatever else is tiled
-        (:meth:`~mambalaya.schedule.Lowerer.refused_alone`), or None."""
+    def outside_grid(self, group: FusionGroup, stored: frozenset[str] | None = None) -> str | None:
+        """Why the group's one tiled loop is in no program grid of a tiling holding it at its tile's class
+        (:meth:`~mambalaya.schedule.Lowerer.outside_grid`), or None."""
         stored = self.stored_alone(group.einsums) if stored is None else stored
-        return self.lowerer.refused_alone(group, stored, policy_of(self.arch))
+        return self.lowerer.outside_grid(group, stored, policy_of(self.arch))
 
     def lower(self, group: FusionGroup, stored: frozenset[str] | None = None, index: int = 0,
               check: bool = True) -> GroupSchedule:

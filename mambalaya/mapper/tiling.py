@@ -161,7 +161,8 @@ class _Search:
         #: what each member and each operand stages at least (bound())
         self._staged: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._waste: dict[str, float] = {}  # each member's matrix-unit waste untiled (bound())
-        self._never: frozenset[str] | None = None  # never_tiled()
+        self._never: frozenset[str] | None = None  # never_in_grid()
+        self._outside: dict[tuple, bool] = {}  # outside(), by loop and tile class
 
     def cost(self, tiles: dict[str, int]) -> GroupCost | NoFit:
         """The cost at these tiles, or why they do not fit."""
@@ -326,40 +327,42 @@ class _Search:
 
     def widest_grid(self, tiles: dict[str, int] | None = None) -> int:
         """An upper bound on the programs of a tiling's grid (of any tiling's, without ``tiles``). A GPU's grid is the
-        leading loops whose role is parallel, and a loop over a rank some member reduces over or scans along is
+        leading loops whose role is parallel, and a loop a rank some member reduces over or scans along follows is
         never one (the member accumulates or carries its state across it, or runs after it, which ends the grid:
-        :func:`grid_breakers`; tests/mapper/test_tiling.py holds it on random cascades and the default Mamba-2's
-        groups). So the grid is at most the trips of the tiled loops before the first
-        tiled such loop; without ``tiles``, every other tileable loop the schedule may tile (:meth:`never_tiled`)
-        at tiles of one. A grid of P programs keeps at
-        most ``min(1, P / slots)`` of the chip busy, so a group that reduces over all but a batch of one cannot be
-        priced at the whole chip."""
+        :func:`grid_breakers`), nor is one :meth:`outside` says is in no grid at its tile
+        (tests/mapper/test_tiling.py holds both on random cascades and the default Mamba-2's groups). So the grid is
+        at most the trips of the tiled loops before the first tiled such loop; without ``tiles``, every other
+        tileable loop at tiles of one. A grid of P programs keeps at most ``min(1, P / slots)`` of the chip busy, so
+        a group that reduces over all but a batch of one cannot be priced at the whole chip."""
         n = 1
         for r in self.loops:
-            t = self.size[r] if tiles is None else tiles.get(r, self.size[r])
-            if tiles is None and r in self.never_tiled():
+            if tiles is None:
+                if r not in self.breakers and r not in self.never_in_grid():
+                    n *= self.size[r]
                 continue
-            if r in self.breakers:
-                if tiles is not None and t < self.size[r]:
-                    break
+            t = tiles.get(r, self.size[r])
+            if t >= self.size[r]:
                 continue
-            n *= -(-self.size[r] // (1 if tiles is None else t))
+            if r in self.breakers or self.outside(r, t):
+                break
+            n *= -(-self.size[r] // t)
         return n
 
-    def never_tiled(self) -> frozenset[str]:
-        """The loops no tiling the schedule accepts tiles: step 1 of the lowering refuses each tiled alone at every
-        tile class its admitted tiles fall in (a norm's mean over a rank that follows the loop, a rank following it
-        and another loop), so every tiling holding it is refused (:meth:`CostContext.refused_alone`)."""
+    def outside(self, rank: str, tile: int) -> bool:
+        """Whether loop ``rank`` tiled at ``tile`` is in no program grid of any tiling holding it at that tile's class
+        (:meth:`CostContext.outside_grid`: refused, or read whole by a member that does not iterate it)."""
+        key = (rank, self.tile_class(rank, tile))
+        got = self._outside.get(key)
+        if got is None:
+            got = self._outside[key] = self.ctx.outside_grid(
+                FusionGroup(self.einsums, self.order, {rank: tile}), self.stored) is not None
+        return got
+
+    def never_in_grid(self) -> frozenset[str]:
+        """The loops :meth:`outside` every grid at every tile they admit."""
         if self._never is None:
-            never = set()
-            for r in self.loops:
-                classes: dict[frozenset, int] = {}
-                for t in tile_options(self.size[r]):
-                    classes.setdefault(self.tile_class(r, t), t)
-                if all(self.ctx.refused_alone(FusionGroup(self.einsums, self.order, {r: t}), self.stored) is not None
-                       for t in classes.values()):
-                    never.add(r)
-            self._never = frozenset(never)
+            self._never = frozenset(r for r in self.loops if r not in self.breakers and
+                                    all(self.outside(r, t) for t in tile_options(self.size[r])))
         return self._never
 
     def shape(self, tiles: dict[str, int]) -> GridShape | None:

@@ -51,9 +51,9 @@ from mambalaya.schedule.lower import (
     group_grid,
     group_occupancy,
     lower_group,
+    outside_grid,
     piece_class,
     pieces_of,
-    refused_alone,
 )
 
 #: Most lowered schedules a :class:`Lowerer` keeps (least recently used go first): a mapper's tile searches lower
@@ -118,10 +118,11 @@ class Lowerer:
         return group_grid(self.cascade, group, self.model(self._members(group), not group.recompute), self.forms,
                           stored, policy)
 
-    def refused_alone(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> str | None:
-        """Why the group's one or two tiled loops are refused on their own (:func:`~.lower.refused_alone`), or None."""
-        return refused_alone(self.cascade, group, self.model(self._members(group), not group.recompute), self.forms,
-                             stored, policy)
+    def outside_grid(self, group: FusionGroup, stored: frozenset[str], policy: Policy = SEQUENTIAL) -> str | None:
+        """Why the group's one tiled loop is in no program grid at its tile's class (:func:`~.lower.outside_grid`),
+        or None."""
+        return outside_grid(self.cascade, group, self.model(self._members(group), not group.recompute), self.forms,
+                            stored, policy)
 
     def pieces(self, einsums: tuple[str, ...], rank: str) -> tuple[tuple[int, int | None], ...]:
         """The pieces of loop ``rank``'s rank a group of ``einsums`` reads (:func:`~.lower.pieces_of`): with a tile,
@@ -230,7 +231,7 @@ __all__ = [
     "check_capacity",
     "format_schedule",
     "group_grid",
-    "refused_alone",
+    "outside_grid",
     "group_occupancy",
     "lower_group",
     "lower_mapping",

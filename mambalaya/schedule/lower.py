@@ -810,6 +810,35 @@ class _Lowering:
             parts.move_to_end(self.lowering_key)
         return memo
 
+    def grid_exclusion(self) -> str | None:
+        """Why the group's one tiled loop is in no program grid of any tiling holding it at this tile class, or None:
+        step 1 refuses it alone (:meth:`part_refusal`: then every such tiling is refused), no member iterates it
+        (it is dropped), or a member that does not iterate it reads, through the group, one that does. Which ranks
+        follow a loop depends on that loop alone, so in every tiling holding it that member still does not iterate
+        it and needs every iteration of it done: it cannot run in each of the grid's programs (a program holds its
+        own iterations only), so it runs after the loop and the grid ends before it."""
+        loops = self.loops()
+        assert len(loops) == 1, "one tiled loop"
+        why = self.part_refusal((loops[0],))
+        if why is not None:
+            return why
+        ms = self.ranges(loops)
+        inside = {n for n, m in ms.items() if 0 in m.loops}
+        if not inside:
+            return f"no member iterates {loops[0].rank}"
+        reaches: dict[str, bool] = {}
+
+        def reads_inside(n: str) -> bool:  # (through the group's members, producers first in cascade order)
+            got = reaches.get(n)
+            if got is None:
+                got = reaches[n] = any(d in inside or reads_inside(d) for d in self.deps[n])
+            return got
+
+        for n in self.live:
+            if n not in inside and reads_inside(n):
+                return f"{n} reads what the {loops[0].rank} loop computes without iterating it"
+        return None
+
     def part_refusal(self, part: tuple[Loop, ...], memo: dict | None = None) -> str | None:
         """Why step 1 refuses these loops tiled on their own (kept per member set and tile classes), or None: every
         placement holding them at the same tile classes is refused too (:meth:`_refused_part`)."""
@@ -1492,14 +1521,11 @@ def group_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored
     return GridShape((), 0, (), ())
 
 
-def refused_alone(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
-                  policy: Policy = SEQUENTIAL) -> str | None:
-    """Why step 1 of the lowering refuses the group's one or two tiled loops on their own, or None: then every
-    tiling that tiles them at tiles of the same :func:`piece_class` es is refused (:meth:`_Lowering._refused_part`)."""
-    lw = _Lowering(cascade, group, model, forms, stored, policy, 0, None)
-    loops = lw.loops()
-    assert 1 <= len(loops) <= 2, "a part is one or two tiled loops"
-    return lw.part_refusal(tuple(loops))
+def outside_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
+                 policy: Policy = SEQUENTIAL) -> str | None:
+    """Why the group's one tiled loop is in no program grid of any tiling that tiles it at a tile of the same
+    :func:`piece_class` (:meth:`_Lowering.grid_exclusion`), or None."""
+    return _Lowering(cascade, group, model, forms, stored, policy, 0, None).grid_exclusion()
 
 
 def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
@@ -1510,5 +1536,5 @@ def group_occupancy(cascade: Cascade, group: FusionGroup, model, forms: Forms, s
     return _Lowering(cascade, group, model, forms, stored, policy, 0, None).run(probe=True)  # type: ignore[return-value]
 
 
-__all__ = ["SEQUENTIAL", "Forms", "GridShape", "OccupancyForm", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group", "refused_alone",
+__all__ = ["SEQUENTIAL", "Forms", "GridShape", "OccupancyForm", "Policy", "ScheduleError", "group_grid", "group_occupancy", "lower_group", "outside_grid",
            "piece_class", "pieces_of"]

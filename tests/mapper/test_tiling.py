@@ -202,8 +202,8 @@ def _check_grid(ctx, members, tiles_list) -> int:
         except ScheduleError:
             continue
         programs = group_costs(ctx, sched)[0].programs
-        tiled = {lp.rank for lp in sched.loops if lp.tile < lp.extent}
-        assert not tiled & s.never_tiled(), (members, tiles, s.never_tiled())  # (what the widest grid leaves out)
+        outside = {lp.rank for lp in sched.loops[:sched.grid] if s.outside(lp.rank, lp.tile)}
+        assert not outside, (members, tiles, outside)  # (what the widest grid leaves out)
         assert programs <= s.widest_grid(tiles) <= s.widest_grid(), (members, tiles, programs, s.widest_grid(tiles))
         shape = s.shape(tiles)  # (its certain loops lead the grid; it has no more programs than its loops)
         assert shape is not None and programs <= s.programs(tiles), (members, tiles, shape, programs)
