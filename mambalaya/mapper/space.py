@@ -108,7 +108,10 @@ class Space:
     #: groups proven in no optimal cover, unsearched (:func:`mambalaya.mapper.prune_by_covers`) or their search cut
     #: short once it proved them dearer than any optimal cover lets them be (:func:`refine`)
     pruned: set[tuple[str, ...]] = field(repr=False, default_factory=set)
-    misfits: int = 0  # groups a lazy space searched and found no tiling of fits (:func:`refine`)
+    #: groups a lazy space searched and found no tiling of fits, or proved beyond their limit by their bound before
+    #: trying a tiling (most of those fit nowhere either: the bound is looked at first) (:func:`refine`)
+    misfits: int = 0
+    bound_pruned: int = 0  # of those, the ones pruned (the others were dropped: no tiling fits)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class Beyond:
 
     einsums: tuple[str, ...]
     limit: float
+    on_bound: bool = False  # proved by the group's lower bound alone, before any tiling was tried
 
 
 @dataclass(frozen=True)
@@ -417,7 +421,7 @@ class Coster:
         if isinstance(got, Tiled):
             return _choice(got)
         if got.bound is not None:  # (the search gave up on it: it costs more than the limit)
-            return Beyond(members, limit)  # type: ignore[arg-type]
+            return Beyond(members, limit, got.on_bound)  # type: ignore[arg-type]
         return Rejected(members, got.reason, got.need_bytes)
 
     def prefetch(self, groups: list[tuple[str, ...]], limits: dict[tuple[str, ...], float]) -> None:
@@ -649,7 +653,8 @@ def refine(space: Space, picked: list[Candidate], batch: int = REFINE_BATCH,
             kept.append(c)
             continue
         ch = coster.exact(c.einsums, limits.get(c.einsums))
-        space.misfits += isinstance(ch, Rejected)
+        space.misfits += isinstance(ch, Rejected) or (isinstance(ch, Beyond) and ch.on_bound)
+        space.bound_pruned += isinstance(ch, Beyond) and ch.on_bound
         if isinstance(ch, Beyond):
             space.pruned.add(c.einsums)
         elif isinstance(ch, Choice):
