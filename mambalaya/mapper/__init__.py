@@ -75,9 +75,11 @@ UNBOUNDED_UP_TO = 30
 #: groups of several Einsums fit nowhere, the eager enumeration, which never grows from one, searches far fewer
 #: (mamba2-370m L4096 on h200: 2,781 of the first 2,840 groups the lazy loop searched fit nowhere, 307 pruned, 47 s;
 #: eager 469 searches, 7.7 s). The default Mamba-2 on h200 prunes 2,839 for 878 searched and stays lazy (14 s; 50
-#: s eager, where the old rule, searches against pruning, sent it). A group whose search stops on its bound before
-#: trying a tiling counts as one no tiling fits, not as pruned (most of them fit nowhere either: the bound is looked
-#: at first; counted as pruned, mamba2-370m stayed lazy on h200: 1,273 searches, 22.7 s in one process, 14.2 s now).
+#: s eager, where the old rule, searches against pruning, sent it). On an arch with program slots, a group whose
+#: search stops on its bound before trying a tiling counts as one no tiling fits, not as pruned (most of them fit
+#: nowhere either: the bound is looked at first; counted as pruned, mamba2-370m stayed lazy on h200: 1,273
+#: searches, 22.7 s in one process, 13.5 s now). Elsewhere, as pruned (counted as misfits there, mamba2-2.7b L16384
+#: on cpu went eager: 48 -> 66 s).
 LAZY_SEARCH_BASE = 100
 #: Most rounds a chain's lazy space searches the groups whose bounds keep the layer decomposition from its proof
 #: (:func:`_by_layers`) before it builds its layer's eager space

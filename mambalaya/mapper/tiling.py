@@ -77,7 +77,9 @@ class Untileable:
     reason: str
     need_bytes: int | None = None
     bound: GroupCost | None = None  # a lower bound on every tiling's cost, when the search gave up on it
-    on_bound: bool = False  # given up on its bound alone, before any tiling was tried
+    #: given up on its bound alone before any tiling was tried, on an arch with program slots (there the bound, which
+    #: sees the widest grid, is looked at before whether anything fits; most groups it stops fit nowhere either)
+    on_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -589,7 +591,7 @@ class _Search:
         if give_up is not None:
             lb = self.bound()
             if lb is not None and give_up(lb):
-                return Untileable(self.einsums, "dominated", None, bound=lb, on_bound=True)
+                return Untileable(self.einsums, "dominated", None, bound=lb, on_bound=slots > 0)
             self.give_up = give_up if lb is not None else None
         if not isinstance(untiled, GroupCost) and self.fits_nowhere():
             return Untileable(self.einsums, self.why_none(), self.least)
