@@ -412,20 +412,33 @@ class _Search:
         lb = self.bound()
         if lb is None:
             return None
-        slots = self.ctx.arch.program_slots
+        slots, per_statement = self.ctx.arch.program_slots, self.ctx.arch.statement_overhead_s
         compute, memory = lb.compute_s, lb.memory_s
-        if not slots:
-            frac = 1.0
-        elif not exact_grid:
-            frac = min(1.0, self.widest_grid(tiles) / slots)
-        else:
+        if exact_grid and (slots or per_statement):
             shape = self.shape(tiles)
             if shape is None:
                 return math.inf
+            overhead = lb.overhead_s + per_statement * self.more_executions(shape, tiles)
+            if not slots:
+                return max(max(compute, memory) + lb.staging_s, lb.chain_s) + overhead
             frac = min(1.0, min(self.trips(shape.loops, tiles), self.widest_grid(tiles)) / slots)
             compute, memory, staging = self.repeated(shape, tiles)
-            return max((max(compute, memory) + staging) / frac, lb.chain_s) + lb.overhead_s
+            return max((max(compute, memory) + staging) / frac, lb.chain_s) + overhead
+        frac = 1.0 if not slots else min(1.0, self.widest_grid(tiles) / slots)
         return max((max(compute, memory) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
+
+    def more_executions(self, shape: GridShape, tiles: dict[str, int]) -> int:
+        """How many more times than untiled the members' computes run at ``tiles`` at least (each statement execution
+        costs ``arch.statement_overhead_s``): a member whose ranges follow a loop is inside it, so it runs once per
+        tile of every loop it follows, where the untiled schedule runs it once."""
+        n = 0
+        for _, ranges in shape.ranges:
+            runs = 1
+            for j in {x.loop for x in ranges if x.loop is not None}:
+                r = shape.placed[j]
+                runs *= -(-self.size[r] // tiles.get(r, self.size[r]))
+            n += runs - 1
+        return n
 
     def repeated(self, shape: GridShape, tiles: dict[str, int]) -> tuple[float, float, float]:
         """(compute, memory, staging seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs
@@ -473,6 +486,13 @@ class _Search:
         if floor > best.latency_s * (1 + 1e-9):
             return True
         return self.give_up is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
+
+    def cannot_keep(self, tiles: dict[str, int]) -> bool:
+        """Whether the mapper's dominance test (``give_up``) gives up on every schedule at ``tiles`` by their floor."""
+        if self.give_up is None or self.objective != "latency":
+            return False
+        floor = self.floor(tiles)
+        return floor is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
 
     def near_bound(self, cost: GroupCost) -> bool:
         """Whether no tiling can gain more than SPREAD_MIN_GAIN of ``cost`` (or SPREAD_MIN_OVERHEAD of a launch) by
@@ -625,7 +645,13 @@ class _Search:
                 if t is not None:
                     found.append({r: t})
         best = None
-        for tiles in found:
+        # without program slots a start is the search's answer unless it is far from the bound (on a GPU, spread()
+        # moves from it to tilings the starts are no guide to): one whose floor the mapper gives up on is not lowered
+        kept = [t for t in found if slots or not self.cannot_keep(t)]
+        if found and not kept:  # (what it gave up on: the least of their floors)
+            return Untileable(self.einsums, "dominated", None,
+                              bound=replace(self.bound(), latency_s=min(self.floor(t) for t in found)))
+        for tiles in kept:
             c = self.cost(tiles)
             if isinstance(c, GroupCost) and (best is None or score(c, self.objective) < score(best[1], self.objective)):
                 best = (tiles, c)

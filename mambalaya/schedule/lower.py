@@ -1512,13 +1512,15 @@ def lower_group(cascade: Cascade, group: FusionGroup, model, forms: Forms, store
 def group_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
                policy: Policy = SEQUENTIAL) -> GridShape:
     """What the placement of the group's tiled loops fixes of the program grid of every tiling of them whose tiles
-    fall in the same :func:`piece_class` es as its own (:meth:`_Lowering.grid_shape`; no grid without a GPU's).
+    fall in the same :func:`piece_class` es as its own (:meth:`_Lowering.grid_shape`; without a GPU's, no grid, only
+    the placed loops and the members' ranges).
     Raises :class:`ScheduleError` when that placement is refused."""
     lw = _Lowering(cascade, group, model, forms, stored, policy, 0, None)
     if policy.gpu:
         return lw.grid_shape()
-    lw.placed(lw.loops(), 0)  # (refused or not)
-    return GridShape((), 0, (), ())
+    loops, ms, _, _ = lw.placed(lw.loops(), 0)  # (refused or not)
+    return GridShape((), 0, (), (), tuple(lp.rank for lp in loops),
+                     tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items()))
 
 
 def outside_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],

@@ -3,6 +3,7 @@ and the untiled schedule bounds every tiling's cost from below (so the mapper ma
 
 from __future__ import annotations
 
+import pytest
 from analysis.cascades import motif_cascades, random_cascades
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -258,21 +259,23 @@ def test_the_shipped_mamba2s_grids_are_within_the_widest() -> None:
     assert checked > 100
 
 
-def test_a_search_given_a_dominance_test_lowers_no_tiling_it_could_not_keep() -> None:
+@pytest.mark.parametrize(("arch", "model"), [("h200", None), ("cpu", "mamba2-2.7b")])
+def test_a_search_given_a_dominance_test_lowers_no_tiling_it_could_not_keep(arch: str, model: str | None) -> None:
     """The mapper's ``give_up`` (a split of the group costs less) prunes inside the search too: no tiling whose
     floor it gives up on is lowered, and a best it gives up on comes back as "dominated" (not the group's answer,
     so not kept as it); a group it does not give up on gets the same tiles as without it."""
-    c = open_cascade("mamba2")
+    c = open_cascade("mamba2", model, {"seqlen": 16384} if model else None)  # (a cpu fits the default sizes whole)
     pruned = dominated = kept = 0
-    for members in _groups(c, CostContext(c, load_arch("h200")), limit=16):
-        free = _Search(CostContext(c, load_arch("h200")), members, "latency", None)
+    for members in _groups(c, CostContext(c, load_arch(arch)), limit=16):
+        free = _Search(CostContext(c, load_arch(arch)), members, "latency", None)
         alone = free.run()
         floors = sorted(free.floor(dict(k)) for k, v in free.seen.items() if k and not isinstance(v, NoFit))
         if not hasattr(alone, "cost") or len(set(floors)) < 2:
             continue
-        # a split dearer than the group's best, and one below the floors of some tilings the free search lowered
-        for cut in (alone.cost.latency_s * 1.2, floors[len(floors) // 2]):
-            s = _Search(CostContext(c, load_arch("h200")), members, "latency", None)
+        # a split dearer than the group's best, one below the floors of some tilings the free search lowered, and one
+        # just below its best
+        for cut in (alone.cost.latency_s * 1.2, floors[len(floors) // 2], alone.cost.latency_s * 0.99):
+            s = _Search(CostContext(c, load_arch(arch)), members, "latency", None)
             got = s.run(give_up=lambda g, cut=cut: g.latency_s > cut)
             lowered = [dict(k) for k, v in s.seen.items() if k and not isinstance(v, NoFit)]
             assert all(s.floor(t) <= cut for t in lowered), members
@@ -284,3 +287,28 @@ def test_a_search_given_a_dominance_test_lowers_no_tiling_it_could_not_keep() ->
                 assert got.cost.latency_s <= cut and got.group.tiles == alone.group.tiles, members
                 kept += 1
     assert pruned and dominated and kept
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.one_of(random_cascades(max_einsums=4), motif_cascades()), st.sampled_from(("cpu", "imax3")), st.data())
+def test_a_tilings_floor_counts_no_more_runs_than_its_schedule(data_cascade, arch, data) -> None:
+    """Without program slots the floor at a tiling charges a statement overhead for each run of a member's compute
+    that a tile of a loop it follows adds (``cpu``: 104.5 us each): never above the lowered schedule's latency, and
+    above the untiled bound wherever a member follows a tiled loop."""
+    c = cascade_from_dict(data_cascade)
+    ctx = CostContext(c, load_arch(arch))
+    for members in _groups(c, ctx, limit=4):
+        s = _Search(ctx, members, "latency", None)
+        for _ in range(3):
+            tiles = {r: data.draw(st.sampled_from(tile_options(c.rank_size(r))), label=r)
+                     for r in s.loops if tile_options(c.rank_size(r)) and data.draw(st.booleans(), label=f"tile {r}")}
+            try:
+                sched = ctx.lower(FusionGroup(members, s.order, tiles), check=False)
+            except ScheduleError:
+                continue
+            cost, floor = group_costs(ctx, sched)[0], s.floor(tiles)
+            assert floor is not None and floor <= cost.latency_s * (1 + 1e-12), (members, tiles, floor, cost)
+            more = s.more_executions(s.shape(tiles), tiles)
+            assert sched.executions >= s.untiled.executions + more, (members, tiles, more)
+            if ctx.arch.statement_overhead_s and more:
+                assert floor > s.bound().latency_s
