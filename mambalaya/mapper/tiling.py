@@ -412,13 +412,15 @@ class _Search:
         lb = self.bound()
         if lb is None:
             return None
-        slots, per_statement = self.ctx.arch.program_slots, self.ctx.arch.statement_overhead_s
+        arch = self.ctx.arch
+        slots, per_statement, per_transfer = arch.program_slots, arch.statement_overhead_s, arch.transfer_overhead_s
         compute, memory = lb.compute_s, lb.memory_s
-        if exact_grid and (slots or per_statement):
+        if exact_grid and (slots or per_statement or per_transfer):
             shape = self.shape(tiles)
             if shape is None:
                 return math.inf
-            overhead = lb.overhead_s + per_statement * self.more_executions(shape, tiles)
+            computes, stores = self.more_executions(shape, tiles)
+            overhead = lb.overhead_s + per_statement * (computes + stores) + per_transfer * stores
             if not slots:
                 return max(max(compute, memory) + lb.staging_s, lb.chain_s) + overhead
             frac = min(1.0, min(self.trips(shape.loops, tiles), self.widest_grid(tiles)) / slots)
@@ -427,18 +429,22 @@ class _Search:
         frac = 1.0 if not slots else min(1.0, self.widest_grid(tiles) / slots)
         return max((max(compute, memory) + lb.staging_s) / frac, lb.chain_s) + lb.overhead_s
 
-    def more_executions(self, shape: GridShape, tiles: dict[str, int]) -> int:
-        """How many more times than untiled the members' computes run at ``tiles`` at least (each statement execution
-        costs ``arch.statement_overhead_s``): a member whose ranges follow a loop is inside it, so it runs once per
-        tile of every loop it follows, where the untiled schedule runs it once."""
-        n = 0
-        for _, ranges in shape.ranges:
+    def more_executions(self, shape: GridShape, tiles: dict[str, int]) -> tuple[int, int]:
+        """(computes, stores): how many more times than untiled the members' computes and stores run at ``tiles`` at
+        least (each statement execution costs ``arch.statement_overhead_s``, each store also a transfer): a member
+        whose ranges follow a loop is inside it, so it runs once per tile of every loop it follows, and so does its
+        store unless it accumulates across some loop (then it is stored after that loop); untiled, each runs once."""
+        computes = stores = 0
+        plain = set(shape.stores)
+        for name, ranges in shape.ranges:
             runs = 1
             for j in {x.loop for x in ranges if x.loop is not None}:
                 r = shape.placed[j]
                 runs *= -(-self.size[r] // tiles.get(r, self.size[r]))
-            n += runs - 1
-        return n
+            computes += runs - 1
+            if name in plain:
+                stores += runs - 1
+        return computes, stores
 
     def repeated(self, shape: GridShape, tiles: dict[str, int]) -> tuple[float, float, float]:
         """(compute, memory, staging seconds) at least, at ``tiles`` of this shape: the bound's, and what the programs

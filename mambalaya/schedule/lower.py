@@ -253,6 +253,7 @@ class GridShape:
     placed: tuple[str, ...] = ()  # the placement's loops (what a range's ``loop`` indexes)
     ranges: tuple[tuple[str, tuple[Range, ...]], ...] = ()  # per live member, its ranges (how many indices of each
     # rank an execution spans: its matrix unit's waste, :func:`~mambalaya.cost.price.member_waste`)
+    stores: tuple[str, ...] = ()  # the members stored where they are computed (none accumulates across a loop)
 
 
 @dataclass(frozen=True)
@@ -748,7 +749,11 @@ class _Lowering:
         rereads = tuple((t, tuple(loops[j].rank for j in range(certain) if j not in mv)) for t, mv in moves.items())
         ranges = tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items())
         return GridShape(tuple(lp.rank for lp in loops[:n]), certain, tuple(replicas), rereads,
-                         tuple(lp.rank for lp in loops), ranges)
+                         tuple(lp.rank for lp in loops), ranges, self.plain_stores(ms))
+
+    def plain_stores(self, ms: dict[str, _Member]) -> tuple[str, ...]:
+        """The stored members that accumulate across no loop: each is stored inside every loop it follows."""
+        return tuple(n for n, m in ms.items() if n in self.stored and m.accumulate is None)
 
     def placed(self, loops: list[Loop], grid: int) -> tuple[list[Loop], dict[str, _Member], list, dict]:
         """Steps 1-3 for these loops (``grid``: its leading loops the program grid), from :class:`Forms`'s cache
@@ -1520,7 +1525,7 @@ def group_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored
         return lw.grid_shape()
     loops, ms, _, _ = lw.placed(lw.loops(), 0)  # (refused or not)
     return GridShape((), 0, (), (), tuple(lp.rank for lp in loops),
-                     tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items()))
+                     tuple((n, tuple(m.ranges[r] for r in m.einsum.ranks)) for n, m in ms.items()), lw.plain_stores(ms))
 
 
 def outside_grid(cascade: Cascade, group: FusionGroup, model, forms: Forms, stored: frozenset[str],
