@@ -42,14 +42,6 @@ Score = tuple[float, float]
 #: Up to this multiple of the capacity, a least tiling the quick occupancy refuses is lowered to decide (the quick
 #: figure is an upper bound: the built schedule hoists and shares what it can)
 QUICK_OCCUPANCY_SLACK = 2
-#: Least share of a group's latency that spreading it over more programs could gain for the search to try
-#: (a group of tiny shapes is all launch overhead: its tiling cannot matter more than this). At 5 %, the tighter
-#: staging bound stopped the search of mamba2-2.7b's conv (XBC1, L16384, h200) 3 % short of the tile it had found
-#: before; at 2 % it finds it again, in the same time.
-SPREAD_MIN_GAIN = 0.02
-#: ... nor less than this share of the arch's per-group overhead (a kernel launch): below it, no tiling of a small
-#: group can matter next to the launches around it, and the search is most of a small cascade's mapping time.
-SPREAD_MIN_OVERHEAD = 0.5
 #: Most rounds of the local search (:meth:`_Search.descend`); each tries every single and paired move.
 DESCENT_ROUNDS = 4
 #: Without program slots, a local search runs from the best starting tiling only when it costs more than this
@@ -493,20 +485,6 @@ class _Search:
             return True
         return self.give_up is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
 
-    def cannot_keep(self, tiles: dict[str, int]) -> bool:
-        """Whether the mapper's dominance test (``give_up``) gives up on every schedule at ``tiles`` by their floor."""
-        if self.give_up is None or self.objective != "latency":
-            return False
-        floor = self.floor(tiles)
-        return floor is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
-
-    def near_bound(self, cost: GroupCost) -> bool:
-        """Whether no tiling can gain more than SPREAD_MIN_GAIN of ``cost`` (or SPREAD_MIN_OVERHEAD of a launch) by
-        the group's bound: then searching on is not worth its lowerings."""
-        lb = self.bound()
-        return lb is not None and cost.latency_s - lb.latency_s <= max(
-            SPREAD_MIN_GAIN * cost.latency_s, SPREAD_MIN_OVERHEAD * self.ctx.arch.group_overhead_s)
-
     def far_from_bound(self, cost: GroupCost) -> bool:
         """Whether ``cost`` is more than DESCEND_BEYOND times the group's bound: on an arch without program slots
         the starting tilings are usually near the best (a local search from them tripled the mapping time for
@@ -521,8 +499,6 @@ class _Search:
         more of the chip until the re-reads they add cost more; a wider reduction tile feeds the matrix unit."""
         slots = self.ctx.arch.program_slots
         best = (dict(tiles), cost)
-        if self.near_bound(cost):
-            return best
 
         def better(cand: dict[str, int]) -> None:
             nonlocal best
@@ -575,8 +551,6 @@ class _Search:
 
         pair_rounds = 0
         for _ in range(4 * DESCENT_ROUNDS):
-            if self.objective == "latency" and self.near_bound(best[1]):
-                break  # (within the gain the search starts from: spread() stops there too)
             cur = best
             for r in self.loops:
                 better(at(cur[0], r, self.size[r]))
@@ -651,13 +625,7 @@ class _Search:
                 if t is not None:
                     found.append({r: t})
         best = None
-        # without program slots a start is the search's answer unless it is far from the bound (on a GPU, spread()
-        # moves from it to tilings the starts are no guide to): one whose floor the mapper gives up on is not lowered
-        kept = [t for t in found if slots or not self.cannot_keep(t)]
-        if found and not kept:  # (what it gave up on: the least of their floors)
-            return Untileable(self.einsums, "dominated", None,
-                              bound=replace(self.bound(), latency_s=min(self.floor(t) for t in found)))
-        for tiles in kept:
+        for tiles in found:
             c = self.cost(tiles)
             if isinstance(c, GroupCost) and (best is None or score(c, self.objective) < score(best[1], self.objective)):
                 best = (tiles, c)
@@ -721,5 +689,5 @@ def remember(ctx: CostContext, einsums: tuple[str, ...], objective: str, stored:
         ctx.tilings[(tuple(einsums), objective, stored)] = got
 
 
-__all__ = ["SPREAD_MIN_GAIN", "SPREAD_MIN_OVERHEAD", "NoFit", "Tiled", "Untileable", "best_tiling", "remember", "score", "search_order",
+__all__ = ["NoFit", "Tiled", "Untileable", "best_tiling", "remember", "score", "search_order",
            "search_orders", "tile_options", "tiling_floor"]

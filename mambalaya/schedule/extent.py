@@ -253,8 +253,9 @@ def _rises(form: IndexForm, rr: Mapping[str, Range], loop: int) -> bool:
 
 def _reach(axes: Iterable[AxisBox], ranges: Mapping[str, Mapping[str, Range]], loop: int, extent: int) -> int:
     """How far (in indices) the boxes that move with ``loop`` reach beyond its tile: their constant offsets,
-    the spans of ranks that do not move with the loop, skews, and how much shorter than the loop a rank that
-    follows it is: the ends within which a tile's box can be clipped."""
+    the spans of ranks that do not move with the loop, skews, how much shorter than the loop a rank that
+    follows it is, and how far past either end of the axis a read reaches: the ends within which a tile's box can
+    be clipped."""
     span = 0
     for axis in axes:
         if loop not in axis.loops:
@@ -264,6 +265,10 @@ def _reach(axes: Iterable[AxisBox], ranges: Mapping[str, Mapping[str, Range]], l
             iv = {r: ((0, 0) if rr[r].loop == loop else (0, rr[r].size - 1)) for r in form.ranks}
             a, b = form.interval(iv)
             span = max(span, abs(a), abs(b))
+            # (tiles whose box lies past either end of the axis are clipped too: a read of a 4-row tensor along a
+            # rank of 100 reads nothing at 96 of its tiles)
+            a, b = form.interval({r: (0, rr[r].size - 1) for r in form.ranks})
+            span = max(span, -a, b - (axis.size - 1))
             for r in form.ranks:
                 x = rr[r]
                 if x.loop == loop:

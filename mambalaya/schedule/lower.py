@@ -703,7 +703,8 @@ class _Lowering:
             probe.internal_buffers()
             roles = probe.roles()
             grid = 0
-            while grid < len(loops) and roles[grid].role == "parallel" and not self._after_at(tree, grid):
+            while grid < len(loops) and roles[grid].role == "parallel" and not self._after_at(tree, grid) and \
+                    self.grid_stop(self.own, grid, loops[grid].rank) is None:
                 grid += 1
             if grid:
                 dropped = self.notes[:self.dropped]  # (the loops the first placement found dead stay dropped)
@@ -733,7 +734,8 @@ class _Lowering:
         iterates and which of them its off-chip reads move with."""
         loops, ms, tree, wins = self.placed(self.loops(), 0)
         n = 0
-        while n < len(loops) and not any(_carried(ms, n)) and not self._after_at(tree, n):
+        while n < len(loops) and not any(_carried(ms, n)) and not self._after_at(tree, n) and \
+                self.grid_stop(self.own, n, loops[n].rank) is None:
             n += 1
         windows = {p[2] for _, _, plans in _Builder(self, loops, ms, tree, wins).buffer_plans() if plans
                    for p in plans if p[0] == "window"}
@@ -817,31 +819,41 @@ class _Lowering:
 
     def grid_exclusion(self) -> str | None:
         """Why the group's one tiled loop is in no program grid of any tiling holding it at this tile class, or None:
-        step 1 refuses it alone (:meth:`part_refusal`: then every such tiling is refused), no member iterates it
-        (it is dropped), or a member that does not iterate it reads, through the group, one that does. Which ranks
-        follow a loop depends on that loop alone, so in every tiling holding it that member still does not iterate
-        it and needs every iteration of it done: it cannot run in each of the grid's programs (a program holds its
-        own iterations only), so it runs after the loop and the grid ends before it."""
+        step 1 refuses it alone (:meth:`part_refusal`: then every such tiling is refused), or :meth:`grid_stop` says
+        so of its ranges. Which ranks follow a loop depends on that loop alone (step 1), so in every tiling holding
+        it the same holds, and :meth:`run` ends the grid before it."""
         loops = self.loops()
         assert len(loops) == 1, "one tiled loop"
         why = self.part_refusal((loops[0],))
         if why is not None:
             return why
-        ms = self.ranges(loops)
-        inside = {n for n, m in ms.items() if 0 in m.loops}
+        return self.grid_stop({n: m.ranges for n, m in self.ranges(loops).items()}, 0, loops[0].rank)
+
+    def grid_stop(self, ranges: dict[str, dict[str, Range]], j: int, rank: str) -> str | None:
+        """Why loop ``j`` of step 1's ``ranges`` (per live member) cannot be a program grid's, or None: no member
+        iterates it, a member carries across it (a rank it sums over or scans along follows it), or a member that
+        does not iterate it reads, through the group, one that does (it needs every iteration of the loop, and a
+        program holds its own only). Decided on step 1's ranges: step 2 may place a member before an outer loop,
+        whole, and placing the grid puts it back inside."""
+        inside = {n for n, rr in ranges.items() if any(x.loop == j for x in rr.values())}
         if not inside:
-            return f"no member iterates {loops[0].rank}"
+            return f"no member iterates {rank}"
+        for n in inside:
+            e = self.c.einsum(n)
+            carried = {*e.reduced_ranks, *((e.recurrence.rank,) if e.recurrence is not None else ())}
+            if any(ranges[n][r].loop == j for r in carried if r in ranges[n]):
+                return f"{n} carries across {rank}"
         reaches: dict[str, bool] = {}
 
-        def reads_inside(n: str) -> bool:  # (through the group's members, producers first in cascade order)
+        def reads_inside(n: str) -> bool:  # (through the members it reads, memoised)
             got = reaches.get(n)
             if got is None:
                 got = reaches[n] = any(d in inside or reads_inside(d) for d in self.deps[n])
             return got
 
-        for n in self.live:
+        for n in ranges:
             if n not in inside and reads_inside(n):
-                return f"{n} reads what the {loops[0].rank} loop computes without iterating it"
+                return f"{n} reads what the {rank} loop computes without iterating it"
         return None
 
     def part_refusal(self, part: tuple[Loop, ...], memo: dict | None = None) -> str | None:

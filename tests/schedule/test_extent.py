@@ -166,3 +166,15 @@ def test_a_long_loops_interior_priced_by_one_tile_is_exact(case, slide, vector_f
     assert got == (want, loops[0].trips)
     assert extent.max_length(fns[0], loops) == max(length(extent.axis_interval(axes[0], ranges, state))
                                                     for _, state in walk_every_tile(loops, [0]))
+
+
+@pytest.mark.parametrize("vector_from", [extent.VECTOR_FROM, 0])
+def test_a_read_past_the_end_of_its_axis_counts_only_the_rows_inside(vector_from, monkeypatch) -> None:
+    """``X[r]`` of a 4-row tensor along a rank of 100, one row a tile: 4 tiles read a row, the other 96 read
+    nothing. The affine walk takes one interior tile for them all, so clipping past the axis's end must widen the
+    ends it walks (it counted 97 elements; found by the property test above)."""
+    monkeypatch.setattr(extent, "VECTOR_FROM", vector_from)
+    loops = (Loop("l", 100, 1),)
+    ranges = {"m": {"r": Range("r", 100, "tile", 0)}}
+    axis = AxisBox(4, ((IndexForm(0, (Term(1, "r"),)), "m"),), frozenset({0}))
+    assert extent.box_total((extent.AxisFn(axis, ranges),), (0,), loops) == (4, 100)

@@ -192,3 +192,23 @@ def test_the_occupancy_probe_is_the_built_schedules_before_hoisting(data) -> Non
             continue  # (a grid's schedule is placed again with its grid loops: the probe sizes the first placement)
         assert group_occupancy(c, group, lw.model(members), lw.forms, stored, policy) == \
             (sched.occupancy_bytes, sched.accumulator_bytes)
+
+
+def test_a_grid_ends_before_a_loop_a_member_reads_whole() -> None:
+    """``n`` reads the last row of ``X``, which follows the chunk loop ``c`` as a parent, without iterating ``c``.
+    Placed without a grid, ``X`` and ``n`` run whole before ``b`` and nothing seems to cross ``c``; placing the grid
+    ``(b, c)`` put them back inside it, and each program's ``n`` read rows of ``X`` only another program computes
+    (the python backend's provenance read them as NaN: ``verify`` failed). The grid now ends before ``c``, and the
+    schedule computes the reference's numbers."""
+    from mambalaya.exec.verify import verify_mapping
+    from mambalaya.parse.cascade_file import cascade_from_dict
+
+    c = cascade_from_dict({
+        "name": "piece", "params": {"L": 16, "D": 4, "Bn": 4, "Q": 4, "C": 4},
+        "ranks": {"l": "L", "d": "D", "b": "Bn", "c": "C", "j": "Q"},
+        "einsums": ["X[l,d] = A[l,d] * W[d]", "n[d] = X[L-1,d]", "q[b,c,j,d] = B[b,c,j,d] * X[c*Q+j,d]",
+                    "p[b,c,j,d] = q[b,c,j,d] * Cc[b,c,j,d]"]})
+    group = FusionGroup(tuple(c.einsum_names), ("d", "b", "c", "j"), {"b": 2, "c": 2})
+    sched = lower_mapping(c, Mapping((group,), c.name, "h200"), "h200").groups[0]
+    assert [lp.rank for lp in sched.loops[:sched.grid]] == ["b"]
+    assert verify_mapping(c, "h200", mapping=Mapping((group,), c.name, "h200"), backend="python")["ok"]
