@@ -103,13 +103,15 @@ class ComposedBounds:
         frac = 1.0
         if arch.program_slots:
             frac = min(1.0, widest_grid(ctx, einsums) / arch.program_slots)
-        staging = staging_seconds(arch, self.staged(einsums, stored)) if arch.staging_bandwidth > 0 else 0.0
+        staging = staging_seconds(arch, self.staged(einsums, stored))
         return GroupCost(0, tuple(einsums), traffic, memory, compute, overhead,
                          max((max(compute, memory) + staging) / frac, chain) + overhead, 0, moves,
                          parallel_fraction=frac, chain_s=chain, staging_s=staging)
 
     def staged(self, einsums: tuple[str, ...], stored: frozenset[str]) -> int:
-        """Bytes the group's computes stage through scratch at least (module docstring)."""
+        """Bytes the group's computes stage through scratch at least (module docstring): each point of a member's
+        iteration space over its output ranks once (``D[i,i]`` has n points, as its compute statement counts them).
+        :func:`~mambalaya.schedule.registers.may_run_in_registers`'s test, its plan kept per Einsum."""
         cascade, inside = self.ctx.cascade, frozenset(einsums)
         n = 0
         for m in einsums:
@@ -122,7 +124,7 @@ class ComposedBounds:
             operands = self._gemm[m]
             if operands is not None and not operands & inside:
                 continue  # (some tiling may run it as a register GEMM: it stages nothing then)
-            n += 2 * math.prod(cascade.shape(m)) * cascade.tensors[m].element_bytes
+            n += 2 * math.prod(cascade.rank_size(r) for r in dict.fromkeys(e.out_ranks)) * cascade.tensors[m].element_bytes
         return n
 
 

@@ -133,7 +133,7 @@ class Beyond:
 
     einsums: tuple[str, ...]
     limit: float
-    on_bound: bool = False  # proved by the group's lower bound alone, before any tiling was tried
+    on_bound: bool = False  # proved by the group's bound alone on an arch with program slots (Untileable.on_bound)
 
 
 @dataclass(frozen=True)

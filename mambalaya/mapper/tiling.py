@@ -69,8 +69,9 @@ class Untileable:
     reason: str
     need_bytes: int | None = None
     bound: GroupCost | None = None  # a lower bound on every tiling's cost, when the search gave up on it
-    #: given up on its bound alone before any tiling was tried, on an arch with program slots (there the bound, which
-    #: sees the widest grid, is looked at before whether anything fits; most groups it stops fit nowhere either)
+    #: given up on its bound alone (only its untiled schedule priced), on an arch with program slots (there the bound,
+    #: which sees the widest grid, is looked at before whether anything fits; most groups it stops fit nowhere either:
+    #: the lazy space counts them with those)
     on_bound: bool = False
 
 
@@ -136,7 +137,8 @@ class _Search:
         tileable = {r for r, _ in ctx.analysis.tileable(einsums)}
         self.loops = [r for r in self.order if r in tileable]
         self.size = {r: ctx.cascade.rank_size(r) for r in self.loops}
-        self.breakers = grid_breakers(ctx, einsums)
+        # (a GPU grid's: none without program slots, and they ask for the group's loop model)
+        self.breakers = grid_breakers(ctx, einsums) if ctx.arch.program_slots else frozenset()
         self.seen: dict[tuple, GroupCost | NoFit] = {}
         self.rows: dict[tuple, tuple[EinsumCost, ...]] = {}
         self.fit: dict[tuple, bool] = {}
@@ -485,6 +487,11 @@ class _Search:
             return True
         return self.give_up is not None and self.give_up(_Floor(floor, self.bound().traffic_bytes))
 
+    def at_bound(self, cost: GroupCost) -> bool:
+        """Whether ``cost`` is the group's bound (to rounding), so no tiling costs less (the latency objective)."""
+        lb = self.bound()
+        return self.objective == "latency" and lb is not None and cost.latency_s <= lb.latency_s * (1 + 1e-9)
+
     def far_from_bound(self, cost: GroupCost) -> bool:
         """Whether ``cost`` is more than DESCEND_BEYOND times the group's bound: on an arch without program slots
         the starting tilings are usually near the best (a local search from them tripled the mapping time for
@@ -499,6 +506,8 @@ class _Search:
         more of the chip until the re-reads they add cost more; a wider reduction tile feeds the matrix unit."""
         slots = self.ctx.arch.program_slots
         best = (dict(tiles), cost)
+        if self.at_bound(cost):
+            return best
 
         def better(cand: dict[str, int]) -> None:
             nonlocal best
@@ -551,6 +560,8 @@ class _Search:
 
         pair_rounds = 0
         for _ in range(4 * DESCENT_ROUNDS):
+            if self.at_bound(best[1]):
+                break
             cur = best
             for r in self.loops:
                 better(at(cur[0], r, self.size[r]))

@@ -242,7 +242,9 @@ PLACEMENTS_MAX = 1024
 @dataclass(frozen=True)
 class GridShape:
     """What the placement of a set of tiled loops fixes of the program grid of each of its tilings (tiles of the same
-    :func:`piece_class` es), for a bound that prices them before lowering any (:meth:`_Lowering.grid_shape`)."""
+    :func:`piece_class` es), for a bound that prices them before lowering any (:meth:`_Lowering.grid_shape`); without
+    a GPU, no grid: only the placed loops, the members' ranges and plain stores (what the runs a tiling adds are
+    counted from)."""
 
     loops: tuple[str, ...]  # the grid's loops at most, outer first
     certain: int  # how many leading ones are the grid's at every such tiling
@@ -253,7 +255,7 @@ class GridShape:
     placed: tuple[str, ...] = ()  # the placement's loops (what a range's ``loop`` indexes)
     ranges: tuple[tuple[str, tuple[Range, ...]], ...] = ()  # per live member, its ranges (how many indices of each
     # rank an execution spans: its matrix unit's waste, :func:`~mambalaya.cost.price.member_waste`)
-    stores: tuple[str, ...] = ()  # the members stored where they are computed (none accumulates across a loop)
+    stores: tuple[str, ...] = ()  # the stored members that accumulate across no loop (placed without the grid)
 
 
 @dataclass(frozen=True)
