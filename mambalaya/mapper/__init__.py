@@ -176,9 +176,10 @@ def _units(c: Candidate, objective: str, res: float, arch: Arch) -> int:
     plain = max(sum(c.compute_s), memory_seconds(arch, c.traffic_bytes))
     roof = max(compute, memory)
     if plain > 0 and abs(c.latency_s - plain - overhead) > 1e-9 * (plain + overhead):
-        # a grid short of the chip (or a recurrence's chain): the roofline's parts scaled as the model scales them,
-        # so groups of one program (x132 on an H200) still tie exactly where their parts do
-        roof = round((c.latency_s - overhead) / plain * roof)
+        # a grid short of the chip (or a recurrence's chain): rounded whole (its parts rounded, then scaled as the
+        # model scales them, erred by up to half a unit times the scale: 7.9 ps over mamba1-decode's two groups on
+        # h200, past the certificate's unit a group)
+        roof = round((c.latency_s - overhead) / res)
     return roof + round(arch.group_overhead_s / res) + round(arch.transfer_overhead_s / res) * c.transfers
 
 
