@@ -9,19 +9,14 @@ Every tiling of a group (every schedule :mod:`mambalaya.schedule` can give it) c
   dense_read`): each element of such a box is read, so some load brings it on chip. Reads by a member the
   schedule may inline into its readers (point-wise, not stored) count nothing: a reader may need only part of it;
 - **chain**: each recurrence walks every step of its rank in some program, one after another;
-- **staging**: on an arch with a staging bandwidth, each member that is not inlined (stored, or not point-wise)
-  and can never run as a register GEMM (:func:`~mambalaya.schedule.registers.may_run_in_registers`: a contraction
-  of two loaded operands) writes every element of its output to scratch and reads it back
-  (:func:`~mambalaya.cost.price.least_staged_bytes`, the untiled schedule's least, counts the same);
-- **spread**: on an arch with program slots, compute and memory over at most the part of the chip the widest program
-  grid any tiling can have keeps busy (:func:`widest_grid`);
 - **overheads**: the group's own, and one transfer and one statement execution per load stream (at least one per
   tensor loaded) and per store, and a statement per member that is not inlined.
 
 It is within a few percent of the untiled schedule's figures (:meth:`~mambalaya.mapper.tiling._Search.bound`) on the
 shipped cascades at published sizes, at 0.06 ms a group instead of a lowering and an occupancy probe (4-6 ms); on an
-arch with program slots it assumes as much of the chip busy as a grid of every loop it may tile at tiles of one.
-The lazy space (:mod:`mambalaya.mapper.space`) costs every
+arch with program slots it assumes the whole chip busy (pricing the widest grid and the least staging here made a
+chain of two mamba1-decode layers on h200 cost less than twice its one-layer optimum: some group was cut by it;
+not found in the time left). The lazy space (:mod:`mambalaya.mapper.space`) costs every
 group of several Einsums by it, and prunes and proves dominance with it.
 """
 
@@ -31,11 +26,10 @@ import math
 from dataclasses import dataclass, field
 
 from mambalaya.cost.context import CostContext
-from mambalaya.cost.latency import memory_seconds, staging_seconds
+from mambalaya.cost.latency import memory_seconds
 from mambalaya.cost.model import GroupCost
 from mambalaya.schedule import extent
 from mambalaya.schedule.compute import pointwise
-from mambalaya.schedule.registers import gemm_plan
 
 Box = tuple[tuple[int, int], ...]  # inclusive (lo, hi) per axis
 
@@ -54,7 +48,6 @@ class ComposedBounds:
 
     ctx: CostContext
     _reads: dict[str, _Reads] = field(default_factory=dict)
-    _gemm: dict[str, frozenset[str] | None] = field(default_factory=dict)  # a register GEMM's operands, per Einsum
 
     def reads(self, einsum: str) -> _Reads:
         got = self._reads.get(einsum)
@@ -100,32 +93,8 @@ class ComposedBounds:
         moves = len(loaded) + len(stored)
         overhead = arch.group_overhead_s + arch.transfer_overhead_s * moves + arch.statement_overhead_s * (moves + live)
         memory = memory_seconds(arch, traffic)
-        frac = 1.0
-        if arch.program_slots:
-            frac = min(1.0, widest_grid(ctx, einsums) / arch.program_slots)
-        staging = staging_seconds(arch, self.staged(einsums, stored))
         return GroupCost(0, tuple(einsums), traffic, memory, compute, overhead,
-                         max((max(compute, memory) + staging) / frac, chain) + overhead, 0, moves,
-                         parallel_fraction=frac, chain_s=chain, staging_s=staging)
-
-    def staged(self, einsums: tuple[str, ...], stored: frozenset[str]) -> int:
-        """Bytes the group's computes stage through scratch at least (module docstring): each point of a member's
-        iteration space over its output ranks once (``D[i,i]`` has n points, as its compute statement counts them).
-        :func:`~mambalaya.schedule.registers.may_run_in_registers`'s test, its plan kept per Einsum."""
-        cascade, inside = self.ctx.cascade, frozenset(einsums)
-        n = 0
-        for m in einsums:
-            e = cascade.einsum(m)
-            if m not in stored and pointwise(e):
-                continue  # (it may be inlined: no compute of its own)
-            if m not in self._gemm:
-                got = gemm_plan(cascade, e)
-                self._gemm[m] = None if got is None else frozenset(f.tensor for f in (*got[1].a, *got[1].b))
-            operands = self._gemm[m]
-            if operands is not None and not operands & inside:
-                continue  # (some tiling may run it as a register GEMM: it stages nothing then)
-            n += 2 * math.prod(cascade.rank_size(r) for r in dict.fromkeys(e.out_ranks)) * cascade.tensors[m].element_bytes
-        return n
+                         max(compute, memory, chain) + overhead, 0, moves, chain_s=chain)
 
 
 def grid_breakers(ctx: CostContext, einsums: tuple[str, ...], follow: bool = True) -> frozenset[str]:
@@ -149,15 +118,6 @@ def grid_breakers(ctx: CostContext, einsums: tuple[str, ...], follow: bool = Tru
     return frozenset(out)
 
 
-def widest_grid(ctx: CostContext, einsums: tuple[str, ...]) -> int:
-    """The most programs any tiling's grid of the group can have: a grid is made of tiled loops (an untiled loop
-    has one trip) and never of a :func:`grid_breakers` loop, so at most every other loop the mapping may tile
-    (:meth:`~mambalaya.cost.legality.GroupAnalysis.tileable`) at tiles of one. A grid of P programs keeps at most
-    ``min(1, P / slots)`` of the chip busy (:func:`~mambalaya.cost.latency.parallel_fraction`)."""
-    breakers = grid_breakers(ctx, einsums, follow=False)
-    return math.prod(size for r, size in ctx.analysis.tileable(einsums) if r not in breakers)
-
-
 def union_volume(boxes: list[Box]) -> int:
     """Elements in the union of inclusive integer boxes of one rank (a sweep along each axis in turn)."""
     if not boxes:
@@ -175,4 +135,4 @@ def union_volume(boxes: list[Box]) -> int:
     return total
 
 
-__all__ = ["ComposedBounds", "grid_breakers", "union_volume", "widest_grid"]
+__all__ = ["ComposedBounds", "grid_breakers", "union_volume"]
