@@ -97,20 +97,19 @@ class ComposedBounds:
                          max(compute, memory, chain) + overhead, 0, moves, chain_s=chain)
 
 
-def grid_breakers(ctx: CostContext, einsums: tuple[str, ...], follow: bool = True) -> frozenset[str]:
+def grid_breakers(ctx: CostContext, einsums: tuple[str, ...]) -> frozenset[str]:
     """The loops never in a GPU program grid in a (legal) group of ``einsums``: those a rank some member reduces
     over (its partial sums accumulate across the loop) or scans along (its state carries across it) follows, as
     its own loop or as the loop of one of its coarse pieces (``OUT`` summing ``d`` read as ``h*P + p`` accumulates
     across a tile of ``h``: the analysis's bindings, :class:`~mambalaya.analysis.groups.Binding`; a remainder piece
-    such as ``p`` is not followed, as step 1 of the lowering follows none). Without
-    ``follow``, those ranks' own loops only (no loop model built: the composed bound asks of thousands of groups)."""
-    model = ctx.lowerer.model(tuple(einsums)) if follow else None
+    such as ``p`` is not followed, as step 1 of the lowering follows none)."""
+    model = ctx.lowerer.model(tuple(einsums))
     out: set[str] = set()
     for n in einsums:
         e = ctx.cascade.einsum(n)
         ranks = set(e.reduced_ranks) | ({e.recurrence.rank} if e.recurrence is not None else set())
         out |= ranks
-        for r in ranks if model is not None else ():
+        for r in ranks:
             b = model.bindings.get((n, r))
             if b is not None:
                 out.update(x for x in (b.loop, *(child for child, (_, _, mod) in b.pieces if mod is None))

@@ -431,10 +431,7 @@ class _Search:
         computes = stores = 0
         plain = set(shape.stores)
         for name, ranges in shape.ranges:
-            runs = 1
-            for j in {x.loop for x in ranges if x.loop is not None}:
-                r = shape.placed[j]
-                runs *= -(-self.size[r] // tiles.get(r, self.size[r]))
+            runs = self.trips(tuple(shape.placed[j] for j in {x.loop for x in ranges if x.loop is not None}), tiles)
             computes += runs - 1
             if name in plain:
                 stores += runs - 1
